@@ -1,0 +1,49 @@
+"""`conformance` command line: a thin layer that dispatches to one module per verb.
+
+Every module in `conformance.commands` defines `register(subparsers)`, which adds its verb and sets
+`func` (taking the parsed arguments, returning an exit code) as a parser default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from conformance import __version__, commands, exit_codes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="conformance",
+        description="Conformance suite for Hugging Face response_template parsers "
+        "(vLLM 0.32 `--tool-call-parser hf --reasoning-parser hf`).",
+        epilog=exit_codes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
+    for module_info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        importlib.import_module(f"{commands.__name__}.{module_info.name}").register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return exit_codes.ERROR
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return exit_codes.ERROR
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
