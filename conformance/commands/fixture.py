@@ -1,0 +1,57 @@
+"""`conformance fixture build DIR [--variant NAME]`: write the tiny deterministic checkpoint."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from conformance import exit_codes
+
+DESCRIPTION = """\
+Write the tiny deterministic checkpoint that real vLLM serves in this project's tests: a Qwen3
+model (random weights shaped so forced outputs come out canonically tokenized), a byte-level BPE
+tokenizer with <think>/<tool_call> markers, a Hermes/Qwen3 chat template and, per variant, a
+response_template. Building the same variant twice gives identical bytes.
+
+variants:
+  full               thinking + content + tool_calls (vLLM starts with the hf parser)
+  no-template        no response_template (hf refuses to start)
+  thinking-only      no tool_calls field (--tool-call-parser hf refuses)
+  tools-only         no thinking field (--reasoning-parser hf refuses)
+  reasoning-content  the reasoning field named reasoning_content (vLLM 0.32 refuses it)
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from conformance.fixture import VARIANTS
+
+    parser = subparsers.add_parser(
+        "fixture",
+        help="build the tiny test checkpoint",
+        description="Tiny test checkpoints for real vLLM.",
+        epilog=exit_codes.EPILOG,
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    build = actions.add_parser(
+        "build",
+        help="write the tiny checkpoint into DIR",
+        description=DESCRIPTION,
+        epilog=exit_codes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    build.add_argument("directory", metavar="DIR", type=Path, help="output directory (created; files replaced)")
+    build.add_argument("--variant", choices=VARIANTS, default="full", help="which checkpoint (default: full)")
+    build.set_defaults(func=run_build)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from conformance.fixture import build_fixture
+
+    try:
+        directory = build_fixture(args.directory, args.variant)
+    except OSError as error:
+        print(f"error: cannot write the fixture into {args.directory}: {error}", file=sys.stderr)
+        return exit_codes.ERROR
+    print(f"built the {args.variant!r} fixture in {directory}")
+    return exit_codes.OK

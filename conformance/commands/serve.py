@@ -1,0 +1,78 @@
+"""`conformance serve --profile hf|legacy --model DIR_OR_REPO [--port N] [-- EXTRA]`: run real vLLM."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from conformance import exit_codes
+
+DESCRIPTION = """\
+Start real vLLM (python -m vllm.entrypoints.openai.api_server) for one profile, wait until it is
+healthy, print its address, and keep it running until Ctrl-C (or SIGTERM), then stop its whole
+process tree. Every profile also gets --structured-outputs-config '{"enable_in_reasoning": true}'
+(so raw outputs can be forced), --max-model-len 2048 --enforce-eager --dtype float32 and
+VLLM_CPU_KVCACHE_SPACE=1. Arguments after `--` go to the server unchanged.
+
+profiles:
+  hf      --enable-auto-tool-choice --tool-call-parser hf --reasoning-parser hf
+  legacy  --enable-auto-tool-choice --tool-call-parser hermes --reasoning-parser qwen3
+
+example:
+  conformance fixture build /tmp/tiny && conformance serve --profile hf --model /tmp/tiny
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from conformance.server import PROFILES
+
+    parser = subparsers.add_parser(
+        "serve",
+        help="run real vLLM with a profile's parser flags",
+        description=DESCRIPTION,
+        epilog=exit_codes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--profile", required=True, choices=sorted(PROFILES), help="parser configuration")
+    parser.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo id")
+    parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    parser.add_argument("--log-dir", type=Path, help="where the server log goes (default: a temporary directory)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for /health (default: 300)")
+    parser.add_argument("extra_args", nargs="*", metavar="EXTRA", help="after `--`: extra server arguments")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from conformance.server import ServerStartError, launch
+
+    # SIGTERM unwinds like Ctrl-C, so the server's process tree is stopped either way.
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    print(f"starting vLLM ({args.profile} profile) for {args.model} ...", file=sys.stderr)
+    try:
+        with launch(
+            args.profile, args.model, port=args.port, extra_args=args.extra_args, log_dir=args.log_dir,
+            timeout=args.timeout,
+        ) as server:  # fmt: skip
+            print(f"vLLM {server.version} ({server.profile.name} profile) healthy after {server.startup_seconds:.1f} s")
+            print(f"base_url: {server.base_url}")
+            print(f"model: {server.model}")
+            print(f"log: {server.log_path}")
+            print("press Ctrl-C to stop", flush=True)
+            while server.process.poll() is None:
+                time.sleep(1)
+            print(f"error: the server exited with code {server.process.returncode} (log: {server.log_path})",
+                  file=sys.stderr)  # fmt: skip
+            return exit_codes.ERROR
+    except ServerStartError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return exit_codes.ERROR
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+        return exit_codes.OK
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
