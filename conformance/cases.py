@@ -1,0 +1,525 @@
+"""Load and validate the case suite (`cases/*.yaml`); the runner contract is cases/README.md.
+
+`load_suite()` returns ready-to-run `Case` objects or raises `CaseFileError`; `check_suite()` returns
+every problem found (errors and warnings) for `conformance cases check`. Both apply the same rules:
+the JSON Schema `schemas/case.schema.json`, the feature registry `features.txt`, unique ids and
+descriptions, descriptions that state behaviour, known tool names and known profiles.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+Mode = Literal["non-stream", "stream"]
+Endpoint = Literal["chat", "responses"]
+Severity = Literal["error", "warning"]
+
+MODES: tuple[Mode, ...] = ("non-stream", "stream")
+KNOWN_PROFILES: tuple[str, ...] = ("hf", "legacy")
+DEFAULT_CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
+FEATURES_FILE = "features.txt"
+SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "case.schema.json"
+
+CHAT_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter"})
+RESPONSES_STATUSES = frozenset({"completed", "incomplete"})
+MIN_DESCRIPTION_WORDS = 6
+MESSAGE_FIELDS = ("reasoning", "content", "tool_calls")
+
+
+# ---------------------------------------------------------------------------------------------
+# Loaded form
+
+
+@dataclass(frozen=True)
+class ExpectedToolCall:
+    """One expected call. `arguments` compares as a JSON value; `arguments_raw` as the exact string."""
+
+    name: str
+    arguments: Any = None
+    arguments_raw: str | None = None
+
+    @property
+    def is_raw(self) -> bool:
+        return self.arguments_raw is not None
+
+
+@dataclass(frozen=True)
+class ExpectedMessage:
+    """The complete parsed message. None and "" both mean empty; no tool calls is `()`."""
+
+    reasoning: str | None = None
+    content: str | None = None
+    tool_calls: tuple[ExpectedToolCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExpectedError:
+    """The request must be refused with this HTTP status; `message` is a substring of error.message."""
+
+    status: int
+    param: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What one profile must return: either `error`, or `message` + `finish_reason`.
+
+    `stream_overrides` names the fields (of reasoning, content, tool_calls, finish_reason) where the
+    reassembled stream knowingly differs from the non-streaming response; `stream_message` and
+    `stream_finish_reason` are the values expected in streaming mode (equal to the non-streaming
+    ones when not overridden). Use `for_mode(mode)` to get the expectation that applies to a mode.
+    """
+
+    error: ExpectedError | None = None
+    message: ExpectedMessage | None = None
+    finish_reason: str | None = None
+    tool_call_streaming: Literal["whole", "incremental"] | None = None
+    stream_overrides: frozenset[str] = frozenset()
+    stream_message: ExpectedMessage | None = None
+    stream_finish_reason: str | None = None
+
+    def for_mode(self, mode: Mode) -> Expectation:
+        """The expectation in `mode`, with the stream overrides applied for "stream"."""
+        if mode == "non-stream" or self.error is not None:
+            return self
+        return replace(self, message=self.stream_message, finish_reason=self.stream_finish_reason)
+
+
+@dataclass(frozen=True)
+class Natural:
+    """Natural mode (no forced output): the tool a capable model is expected to call, if any."""
+
+    expect_tool: str | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case, tools resolved. Treat `request` as read-only (deep-copy it before changing it)."""
+
+    id: str
+    description: str
+    features: tuple[str, ...]
+    references: tuple[str, ...]
+    modes: tuple[Mode, ...]
+    endpoint: Endpoint
+    request: dict[str, Any]
+    force: str | None
+    expect: Mapping[str, Expectation]
+    natural: Natural | None
+    source: Path
+    index: int  # position of the case in its file, from 0
+    line: int  # line of the case in its file, from 1
+
+    def tool_parameters(self) -> dict[str, dict[str, Any]]:
+        """Each request tool's JSON Schema for its arguments, by function name (chat or responses shape)."""
+        result = {}
+        for tool in self.request.get("tools", []):
+            function = tool.get("function", tool)
+            result[function["name"]] = function.get("parameters", {})
+        return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Problems
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem in a case file, located by file, case (index and id), field path and line."""
+
+    file: Path
+    message: str
+    case_index: int | None = None
+    case_id: str | None = None
+    field: str = ""
+    line: int | None = None
+    severity: Severity = "error"
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else str(self.file)
+        parts = [where]
+        if self.case_index is not None:
+            parts.append(f"case #{self.case_index}" + (f" '{self.case_id}'" if self.case_id else ""))
+        if self.field:
+            parts.append(f"field {self.field}")
+        return f"{self.severity}: {': '.join(parts)}: {self.message}"
+
+
+class CaseFileError(ValueError):
+    """A case file is invalid. `issues` holds every error found; the message shows the first."""
+
+    def __init__(self, issues: list[Issue]) -> None:
+        self.issues = issues
+        more = f" (and {len(issues) - 1} more errors)" if len(issues) > 1 else ""
+        super().__init__(f"{issues[0]}{more}")
+
+
+@dataclass
+class SuiteCheck:
+    """Outcome of checking a suite directory: the cases that loaded and every issue found."""
+
+    directory: Path
+    cases: list[Case] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Issue]:
+        return [issue for issue in self.issues if issue.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Issue]:
+        return [issue for issue in self.issues if issue.severity == "warning"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def load_suite(directory: Path | None = None) -> list[Case]:
+    """Every case of the suite in `directory` (default: the shipped `cases/`), files in name order.
+
+    Raises CaseFileError if any file has an error (warnings do not stop loading).
+    """
+    check = check_suite(directory)
+    if check.errors:
+        raise CaseFileError(check.errors)
+    return check.cases
+
+
+def check_suite(directory: Path | None = None) -> SuiteCheck:
+    """Validate every `*.yaml`/`*.yml` file in `directory` and collect all issues (never raises on bad input)."""
+    directory = Path(directory) if directory is not None else DEFAULT_CASES_DIR
+    check = SuiteCheck(directory)
+    if not directory.is_dir():
+        check.issues.append(Issue(directory, "not a directory"))
+        return check
+    features, feature_issues = _load_features(directory)
+    check.issues.extend(feature_issues)
+    files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    if not files:
+        check.issues.append(Issue(directory, "no case files (*.yaml) in this directory"))
+    seen_ids: dict[str, Issue] = {}
+    seen_descriptions: dict[str, Issue] = {}
+    for path in files:
+        cases, issues = _check_file(path, features)
+        check.issues.extend(issues)
+        for case in cases:
+            here = Issue(path, "", case.index, case.id, line=case.line)
+            for key, seen, what in (
+                (case.id, seen_ids, "id"),
+                (" ".join(case.description.lower().split()), seen_descriptions, "description"),
+            ):
+                if key in seen:
+                    first = seen[key]
+                    check.issues.append(
+                        replace(here, field=what, message=f"duplicate {what}: already used by case "
+                                f"#{first.case_index} '{first.case_id}' in {first.file}")
+                    )
+                else:
+                    seen[key] = here
+        check.cases.extend(cases)
+    return check
+
+
+def load_features(directory: Path | None = None) -> dict[str, str]:
+    """The feature registry used for `directory`: tag -> description."""
+    features, issues = _load_features(Path(directory) if directory is not None else DEFAULT_CASES_DIR)
+    errors = [issue for issue in issues if issue.severity == "error"]
+    if errors:
+        raise CaseFileError(errors)
+    return features
+
+
+# ---------------------------------------------------------------------------------------------
+# Feature registry
+
+
+def _load_features(directory: Path) -> tuple[dict[str, str], list[Issue]]:
+    """Read `features.txt` from `directory`, falling back to the shipped registry."""
+    path = directory / FEATURES_FILE
+    if not path.is_file():
+        path = DEFAULT_CASES_DIR / FEATURES_FILE
+    features: dict[str, str] = {}
+    issues: list[Issue] = []
+    for number, raw_line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = raw_line.strip()
+        if not line or line.startswith("#"):
+            continue
+        tag, _, description = line.partition(" ")
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", tag):
+            issues.append(Issue(path, f"invalid feature tag {tag!r} (use [a-z][a-z0-9_]*)", line=number))
+        elif not description.strip():
+            issues.append(Issue(path, f"feature {tag!r} has no description", line=number))
+        elif tag in features:
+            issues.append(Issue(path, f"feature {tag!r} is listed twice", line=number))
+        else:
+            features[tag] = description.strip()
+    return features, issues
+
+
+# ---------------------------------------------------------------------------------------------
+# One file
+
+
+@cache
+def _validator() -> Any:
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _check_file(path: Path, features: Mapping[str, str]) -> tuple[list[Case], list[Issue]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [], [Issue(path, f"cannot read: {exc}")]
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        if mark is None:
+            return [], [Issue(path, f"invalid YAML: {_one_line(exc)}")]
+        problem = " ".join(filter(None, (getattr(exc, "context", None), getattr(exc, "problem", None))))
+        return [], [Issue(path, f"invalid YAML (column {mark.column + 1}): {problem}", line=mark.line + 1)]
+    locator = _Locator(path, data, node)
+    issues = list(_duplicate_keys(node, locator))
+    invalid_cases: set[int] = set()
+    file_level_invalid = False
+    for at, message in sorted(_schema_problems(data), key=lambda problem: list(map(str, problem[0]))):
+        issues.append(locator.issue(at, message))
+        if len(at) >= 2 and at[0] == "cases" and isinstance(at[1], int):
+            invalid_cases.add(at[1])
+        else:
+            file_level_invalid = True
+    if file_level_invalid:
+        return [], issues
+    tools = data.get("tools", {})
+    for name, tool in tools.items():
+        if tool["function"]["name"] != name:
+            issues.append(locator.issue(["tools", name, "function", "name"],
+                                        f"tool is listed under {name!r} but its function.name is "
+                                        f"{tool['function']['name']!r}"))
+    cases = []
+    for index, raw in enumerate(data["cases"]):
+        if index in invalid_cases:
+            continue
+        case_issues = list(_semantic_issues(raw, index, tools, features, locator))
+        issues.extend(case_issues)
+        if not any(issue.severity == "error" for issue in case_issues):
+            cases.append(_build_case(raw, index, tools, path, _node_line(node, ["cases", index]) or 0))
+    return cases, issues
+
+
+def _semantic_issues(
+    raw: dict[str, Any], index: int, tools: Mapping[str, Any], features: Mapping[str, str], locator: _Locator
+) -> Iterator[Issue]:
+    """Rules the schema cannot express, for one schema-valid case."""
+    at = ["cases", index]
+    for position, tag in enumerate(raw["features"]):
+        if tag not in features:
+            yield locator.issue([*at, "features", position], f"unknown feature {tag!r} (not in {FEATURES_FILE})")
+    description = " ".join(raw["description"].split())
+    if description.lower().replace(" ", "-") == raw["id"] or description.lower() == raw["id"].replace("-", " "):
+        yield locator.issue([*at, "description"], "description repeats the id; state the behaviour instead")
+    elif len(description.split()) < MIN_DESCRIPTION_WORDS:
+        yield locator.issue([*at, "description"], f"description too short ({len(description.split())} words): "
+                            f"state the behaviour in at least {MIN_DESCRIPTION_WORDS} words")
+    request_tool_names = set()
+    for position, tool in enumerate(raw["request"].get("tools", [])):
+        if isinstance(tool, str):
+            if tool not in tools:
+                known = ", ".join(sorted(tools)) or "none"
+                yield locator.issue([*at, "request", "tools", position],
+                                    f"unknown tool name {tool!r} (tools of this file: {known})")
+            request_tool_names.add(tool)
+        else:
+            request_tool_names.add(tool["function"]["name"])
+    natural_tool = (raw.get("natural") or {}).get("expect_tool")
+    if natural_tool is not None and natural_tool not in request_tool_names:
+        yield locator.issue([*at, "natural", "expect_tool"], f"{natural_tool!r} is not among the request's tools")
+    endpoint = raw.get("endpoint", "chat")
+    allowed = CHAT_FINISH_REASONS if endpoint == "chat" else RESPONSES_STATUSES
+    for profile, expectation in raw["expect"].items():
+        if profile not in KNOWN_PROFILES:
+            yield locator.issue([*at, "expect", profile], f"expectation for unknown profile {profile!r} "
+                                f"(known: {', '.join(KNOWN_PROFILES)})", severity="warning")
+        for path, value in (
+            (["finish_reason"], expectation.get("finish_reason")),
+            (["stream", "finish_reason"], (expectation.get("stream") or {}).get("finish_reason")),
+        ):
+            if value is not None and value not in allowed:
+                yield locator.issue([*at, "expect", profile, *path],
+                                    f"{value!r} is not a valid {'finish_reason' if endpoint == 'chat' else 'status'} "
+                                    f"for endpoint {endpoint} (use one of {', '.join(sorted(allowed))})")
+
+
+def _build_case(raw: dict[str, Any], index: int, tools: Mapping[str, Any], source: Path, line: int) -> Case:
+    endpoint: Endpoint = raw.get("endpoint", "chat")
+    request = copy.deepcopy(raw["request"])
+    if "tools" in request:
+        resolved = [copy.deepcopy(tools[t]) if isinstance(t, str) else t for t in request["tools"]]
+        request["tools"] = [_responses_tool(t) for t in resolved] if endpoint == "responses" else resolved
+    return Case(
+        id=raw["id"],
+        description=" ".join(raw["description"].split()),
+        features=tuple(raw["features"]),
+        references=tuple(raw.get("references", ())),
+        modes=tuple(raw.get("modes", MODES)),
+        endpoint=endpoint,
+        request=request,
+        force=raw.get("force"),
+        expect={profile: _build_expectation(e) for profile, e in raw["expect"].items()},
+        natural=Natural(**raw["natural"]) if "natural" in raw else None,
+        source=source,
+        index=index,
+        line=line,
+    )
+
+
+def _responses_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A Chat Completions tool object in the flat Responses API shape."""
+    return {"type": "function", **tool["function"]}
+
+
+def _build_expectation(raw: Mapping[str, Any]) -> Expectation:
+    if "error" in raw:
+        return Expectation(error=ExpectedError(**raw["error"]))
+    message = _build_message(raw["message"])
+    overrides = raw.get("stream", {})
+    return Expectation(
+        message=message,
+        finish_reason=raw["finish_reason"],
+        tool_call_streaming=raw.get("tool_call_streaming"),
+        stream_overrides=frozenset(overrides),
+        stream_message=_merge(message, overrides),
+        stream_finish_reason=overrides.get("finish_reason", raw["finish_reason"]),
+    )
+
+
+def _merge(message: ExpectedMessage, overrides: Mapping[str, Any]) -> ExpectedMessage:
+    fields = {key: overrides[key] for key in MESSAGE_FIELDS if key in overrides}
+    if "tool_calls" in fields:
+        fields["tool_calls"] = _build_calls(fields["tool_calls"])
+    return replace(message, **fields)
+
+
+def _build_message(raw: Mapping[str, Any]) -> ExpectedMessage:
+    return ExpectedMessage(
+        reasoning=raw.get("reasoning"),
+        content=raw.get("content"),
+        tool_calls=_build_calls(raw.get("tool_calls", [])),
+    )
+
+
+def _build_calls(raw: list[Mapping[str, Any]]) -> tuple[ExpectedToolCall, ...]:
+    return tuple(ExpectedToolCall(**call) for call in raw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Locating problems: case index/id, field path and YAML line
+
+
+class _Locator:
+    """Turns a path inside a parsed file into an Issue naming the case, the field and the line."""
+
+    def __init__(self, path: Path, data: Any, node: yaml.Node | None) -> None:
+        self.path, self.data, self.node = path, data, node
+
+    def issue(self, at: list[str | int], message: str, severity: Severity = "error") -> Issue:
+        case_index = case_id = None
+        field_path = at
+        if len(at) >= 2 and at[0] == "cases" and isinstance(at[1], int):
+            case_index, field_path = at[1], at[2:]
+            case = self.data["cases"][case_index]
+            if isinstance(case, dict) and isinstance(case.get("id"), str):
+                case_id = case["id"]
+        return Issue(self.path, message, case_index, case_id, _format_path(field_path),
+                     _node_line(self.node, at), severity)
+
+
+def _format_path(path: list[str | int]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _node_line(node: yaml.Node | None, path: list[str | int]) -> int | None:
+    """1-based line of the YAML node at `path` (or of its deepest existing ancestor)."""
+    if node is None:
+        return None
+    for part in path:
+        child = None
+        if isinstance(node, yaml.MappingNode):
+            child = next((value for key, value in node.value if key.value == str(part)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            child = node.value[part]
+        if child is None:
+            break
+        node = child
+    return node.start_mark.line + 1
+
+
+def _duplicate_keys(node: yaml.Node | None, locator: _Locator, at: list[str | int] | None = None) -> Iterator[Issue]:
+    """YAML silently keeps the last of two equal keys; report them instead."""
+    at = at or []
+    if isinstance(node, yaml.MappingNode):
+        seen = set()
+        for key, value in node.value:
+            if key.value in seen:
+                yield replace(locator.issue([*at, key.value], f"duplicate key {key.value!r}"),
+                              line=key.start_mark.line + 1)
+            seen.add(key.value)
+            yield from _duplicate_keys(value, locator, [*at, key.value])
+    elif isinstance(node, yaml.SequenceNode):
+        for position, item in enumerate(node.value):
+            yield from _duplicate_keys(item, locator, [*at, position])
+
+
+def _schema_problems(data: Any) -> Iterator[tuple[list[str | int], str]]:
+    """Schema violations as (path, message), phrased for a person editing the YAML."""
+    for error in _validator().iter_errors(data):
+        at = list(error.absolute_path)
+        if error.schema is False:
+            # jsonschema places a `false` subschema's error on the parent object: find the key
+            parent = _at_path(data, at)
+            keys = [key for key in _FORBIDDEN_KEYS if isinstance(parent, dict) and parent.get(key, ()) is error.instance]
+            yield [*at, *keys[:1]], "key not allowed here" if keys else _one_line(error.message)
+        elif error.validator == "additionalProperties":
+            yield at, _one_line(error.message).replace("Additional properties are not allowed", "unknown key(s)")
+        elif error.validator == "required":
+            yield at, _one_line(error.message).replace("is a required property", "is required")
+        elif error.validator in ("oneOf", "anyOf") and all(set(sub) == {"required"} for sub in error.validator_value):
+            yield at, "give exactly one of " + " or ".join(f"`{sub['required'][0]}`" for sub in error.validator_value)
+        elif error.validator == "anyOf" and "tools" in at:
+            yield at, "a tool must be a name from the file's `tools` block or a full tool object"
+        else:
+            yield at, _one_line(error.message)
+
+
+# keys that some subschema forbids with `false` (see _schema_problems)
+_FORBIDDEN_KEYS = ("model", "stream", "message", "finish_reason", "tool_call_streaming")
+
+
+def _at_path(data: Any, path: list[str | int]) -> Any:
+    for part in path:
+        data = data[part]
+    return data
+
+
+def _one_line(value: object) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= 300 else text[:297] + "..."
