@@ -1,0 +1,218 @@
+"""Fetching checkpoint metadata from the Hugging Face Hub through huggingface_hub, concurrently.
+
+Per checkpoint: `tokenizer_config.json` (required) plus `chat_template.jinja` / `chat_template.json` when
+the repo has them. The standard Hub cache is used, so a checkpoint pinned to a commit that is already
+cached (including the cached absence of optional files) costs no HTTP request. Every failure becomes a
+status on that checkpoint; the others go on.
+
+Environment, read at call time: HF_TOKEN (never printed), HF_ENDPOINT, HF_HUB_CACHE / HF_HOME,
+HF_HUB_OFFLINE, HF_HUB_ETAG_TIMEOUT (seconds to wait for the Hub's first answer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TOKENIZER_CONFIG = "tokenizer_config.json"
+OPTIONAL_FILES = ("chat_template.jinja", "chat_template.json")
+MAX_FILE_BYTES = 5 * 1024 * 1024
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_WORKERS = 16
+
+# Failure kinds a checkpoint can end in (besides "ok").
+NOT_FOUND, UNAUTHORIZED, GATED = "not_found", "unauthorized", "gated"
+SERVER_ERROR, TIMEOUT, NETWORK_ERROR = "server_error", "timeout", "network_error"
+TOO_LARGE, INVALID_JSON, NOT_CACHED = "too_large", "invalid_json", "not_cached"
+TOKEN_HINT = "set HF_TOKEN to a token that can read this repo (for a gated repo, accept its terms on the Hub first)"
+
+
+@dataclass(frozen=True)
+class HubSettings:
+    endpoint: str | None
+    cache_dir: str
+    offline: bool
+    timeout: float
+    token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_env(cls, timeout: float | None = None) -> HubSettings:
+        env = os.environ
+        home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+        return cls(
+            endpoint=(env.get("HF_ENDPOINT") or "").rstrip("/") or None,
+            cache_dir=env.get("HF_HUB_CACHE") or os.path.join(home, "hub"),
+            offline=(env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or "").upper() in {"1", "ON", "YES", "TRUE"},
+            timeout=timeout if timeout is not None else float(env.get("HF_HUB_ETAG_TIMEOUT") or DEFAULT_TIMEOUT_S),
+            token=env.get("HF_TOKEN") or None,
+        )
+
+
+@dataclass
+class FetchedCheckpoint:
+    repo: str
+    revision: str
+    commit: str | None = None
+    status: str = "ok"
+    error: str | None = None
+    files: dict[str, Path] = field(default_factory=dict)  # the files the repo has, as cached on disk
+    tokenizer_config: dict | None = None
+
+
+class FetchError(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def read_json_file(path: Path, name: str) -> Any:
+    """Parse a checkpoint JSON file; oversize or invalid JSON become FetchErrors naming file and position."""
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise FetchError(TOO_LARGE, f"{name} is {size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FetchError(INVALID_JSON, f"{name}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+
+
+def read_tokenizer_config(path: Path) -> dict:
+    data = read_json_file(path, TOKENIZER_CONFIG)
+    if not isinstance(data, dict):
+        raise FetchError(INVALID_JSON, f"{TOKENIZER_CONFIG}: top level is a JSON {type(data).__name__}, expected an object")
+    return data
+
+
+def _redact(message: str, settings: HubSettings) -> str:
+    return message.replace(settings.token, "***") if settings.token else message
+
+
+def _classify(exc: BaseException, repo: str, filename: str) -> FetchError:
+    """Map a huggingface_hub / httpx failure to a failure kind with a readable message."""
+    import httpx2
+    from huggingface_hub import errors
+
+    if isinstance(exc, FetchError):
+        return exc
+    if isinstance(exc, errors.GatedRepoError):
+        return FetchError(GATED, f"{repo} is gated: {TOKEN_HINT}")
+    if isinstance(exc, errors.HfHubHTTPError) and exc.response is not None:
+        status = exc.response.status_code
+        if status in (401, 403):
+            return FetchError(UNAUTHORIZED, f"{repo}: HTTP {status}, not authorized (private or gated repo, or an invalid token): {TOKEN_HINT}")
+        if isinstance(exc, errors.RevisionNotFoundError):
+            return FetchError(NOT_FOUND, f"{repo}: revision not found")
+        if isinstance(exc, errors.RepositoryNotFoundError):
+            return FetchError(NOT_FOUND, f"{repo}: repository not found (if it is private, {TOKEN_HINT})")
+        if isinstance(exc, errors.RemoteEntryNotFoundError) or status == 404:
+            return FetchError(NOT_FOUND, f"{repo}: {filename} not found in the repository")
+        if status >= 500:
+            return FetchError(SERVER_ERROR, f"{repo}: the Hub answered HTTP {status} for {filename}")
+        return FetchError(SERVER_ERROR, f"{repo}: unexpected HTTP {status} for {filename}")
+    if isinstance(exc, httpx2.TimeoutException):
+        return FetchError(TIMEOUT, f"{repo}: no answer from the Hub for {filename} in time")
+    if isinstance(exc, httpx2.HTTPError):
+        return FetchError(NETWORK_ERROR, f"{repo}: {filename}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, errors.LocalEntryNotFoundError) and exc.__cause__ is not None:
+        return _classify(exc.__cause__, repo, filename)
+    if isinstance(exc, OSError) and "Consistency check failed" in str(exc):
+        return FetchError(NETWORK_ERROR, f"{repo}: {filename} arrived incomplete (truncated download)")
+    return FetchError(NETWORK_ERROR, f"{repo}: {filename}: {type(exc).__name__}: {exc}")
+
+
+def _cached(repo: str, filename: str, revision: str, settings: HubSettings) -> Path | bool | None:
+    """The cached file, False when its absence is cached, None when the cache does not know."""
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.file_download import _CACHED_NO_EXIST
+
+    found = try_to_load_from_cache(repo, filename, cache_dir=settings.cache_dir, revision=revision)
+    if found is _CACHED_NO_EXIST:
+        return False
+    return Path(found) if isinstance(found, str) else None
+
+
+def _download(repo: str, filename: str, revision: str, settings: HubSettings) -> Path:
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download(
+        repo, filename, revision=revision, cache_dir=settings.cache_dir, endpoint=settings.endpoint,
+        token=settings.token, etag_timeout=settings.timeout,
+    ))
+
+
+def _fetch_tokenizer_config(repo: str, revision: str, settings: HubSettings) -> Path:
+    """Cache first when that is safe (pinned commit, or offline); otherwise ask the Hub, size-gated."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    if settings.offline or _is_commit(revision):
+        cached = _cached(repo, TOKENIZER_CONFIG, revision, settings)
+        if cached is False:
+            raise FetchError(NOT_FOUND, f"{repo}: {TOKENIZER_CONFIG} not found in the repository (cached answer)")
+        if cached is not None:
+            return cached
+        if settings.offline:
+            raise FetchError(NOT_CACHED, f"{repo}@{revision}: HF_HUB_OFFLINE is set and {TOKENIZER_CONFIG} is not in the cache")
+    # One HEAD without retries: a quick, precise failure kind, and the size before any download.
+    url = hf_hub_url(repo, TOKENIZER_CONFIG, revision=revision, endpoint=settings.endpoint)
+    metadata = get_hf_file_metadata(url, token=settings.token, timeout=settings.timeout, endpoint=settings.endpoint)
+    if metadata.size is not None and metadata.size > MAX_FILE_BYTES:
+        raise FetchError(TOO_LARGE, f"{TOKENIZER_CONFIG} is {metadata.size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+    return _download(repo, TOKENIZER_CONFIG, revision, settings)
+
+
+def _fetch_optional(repo: str, filename: str, commit: str, settings: HubSettings) -> Path | None:
+    from huggingface_hub import errors
+
+    cached = _cached(repo, filename, commit, settings)
+    if cached is not None or settings.offline:
+        return cached or None
+    try:
+        return _download(repo, filename, commit, settings)
+    except errors.RemoteEntryNotFoundError:  # huggingface_hub caches the absence for this commit
+        return None
+
+
+def _is_commit(revision: str) -> bool:
+    from conformance.checkpoints import COMMIT_SHA
+
+    return bool(COMMIT_SHA.fullmatch(revision))
+
+
+def fetch_checkpoint(repo: str, revision: str, settings: HubSettings) -> FetchedCheckpoint:
+    """Fetch one checkpoint's metadata; never raises for Hub or content problems."""
+    result = FetchedCheckpoint(repo=repo, revision=revision)
+    filename = TOKENIZER_CONFIG
+    try:
+        config_path = _fetch_tokenizer_config(repo, revision, settings)
+        result.commit = config_path.parent.name  # snapshots/<commit>/tokenizer_config.json
+        result.files[TOKENIZER_CONFIG] = config_path
+        for filename in OPTIONAL_FILES:
+            if (path := _fetch_optional(repo, filename, result.commit, settings)) is not None:
+                result.files[filename] = path
+        result.tokenizer_config = read_tokenizer_config(config_path)
+        if "chat_template.json" in result.files:
+            read_json_file(result.files["chat_template.json"], "chat_template.json")
+    except Exception as exc:  # every failure is a state of this checkpoint, never a crash of the run
+        failure = _classify(exc, repo, filename)
+        result.status, result.error = failure.kind, _redact(str(failure), settings)
+        result.tokenizer_config = None
+    return result
+
+
+def fetch_many(
+    checkpoints: Iterable[tuple[str, str]], settings: HubSettings, workers: int = DEFAULT_WORKERS
+) -> Iterator[FetchedCheckpoint]:
+    """Fetch `(repo, revision)` pairs concurrently, yielding each result as soon as it is complete."""
+    pairs = list(checkpoints)
+    if not pairs:
+        return
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(pairs)))) as pool:
+        futures = [pool.submit(fetch_checkpoint, repo, revision, settings) for repo, revision in pairs]
+        for future in as_completed(futures):
+            yield future.result()
