@@ -101,29 +101,29 @@ def _classify(exc: BaseException, repo: str, filename: str) -> FetchError:
     if isinstance(exc, FetchError):
         return exc
     if isinstance(exc, errors.GatedRepoError):
-        return FetchError(GATED, f"{repo} is gated: {TOKEN_HINT}")
+        return FetchError(GATED, f"the repo is gated: {TOKEN_HINT}")
     if isinstance(exc, errors.HfHubHTTPError) and exc.response is not None:
         status = exc.response.status_code
         if status in (401, 403):
-            return FetchError(UNAUTHORIZED, f"{repo}: HTTP {status}, not authorized (private or gated repo, or an invalid token): {TOKEN_HINT}")
+            return FetchError(UNAUTHORIZED, f"HTTP {status}, not authorized (private or gated repo, or an invalid token): {TOKEN_HINT}")
         if isinstance(exc, errors.RevisionNotFoundError):
-            return FetchError(NOT_FOUND, f"{repo}: revision not found")
+            return FetchError(NOT_FOUND, f"revision not found")
         if isinstance(exc, errors.RepositoryNotFoundError):
-            return FetchError(NOT_FOUND, f"{repo}: repository not found (if it is private, {TOKEN_HINT})")
+            return FetchError(NOT_FOUND, f"repository not found (if it is private, {TOKEN_HINT})")
         if isinstance(exc, errors.RemoteEntryNotFoundError) or status == 404:
-            return FetchError(NOT_FOUND, f"{repo}: {filename} not found in the repository")
+            return FetchError(NOT_FOUND, f"{filename} not found in the repository")
         if status >= 500:
-            return FetchError(SERVER_ERROR, f"{repo}: the Hub answered HTTP {status} for {filename}")
-        return FetchError(SERVER_ERROR, f"{repo}: unexpected HTTP {status} for {filename}")
+            return FetchError(SERVER_ERROR, f"the Hub answered HTTP {status} for {filename}")
+        return FetchError(SERVER_ERROR, f"unexpected HTTP {status} for {filename}")
     if isinstance(exc, httpx2.TimeoutException):
-        return FetchError(TIMEOUT, f"{repo}: no answer from the Hub for {filename} in time")
+        return FetchError(TIMEOUT, f"no answer from the Hub for {filename} in time")
     if isinstance(exc, httpx2.HTTPError):
-        return FetchError(NETWORK_ERROR, f"{repo}: {filename}: {type(exc).__name__}: {exc}")
+        return FetchError(NETWORK_ERROR, f"{filename}: {type(exc).__name__}: {exc}")
     if isinstance(exc, errors.LocalEntryNotFoundError) and exc.__cause__ is not None:
         return _classify(exc.__cause__, repo, filename)
     if isinstance(exc, OSError) and "Consistency check failed" in str(exc):
-        return FetchError(NETWORK_ERROR, f"{repo}: {filename} arrived incomplete (truncated download)")
-    return FetchError(NETWORK_ERROR, f"{repo}: {filename}: {type(exc).__name__}: {exc}")
+        return FetchError(NETWORK_ERROR, f"{filename} arrived incomplete (truncated download)")
+    return FetchError(NETWORK_ERROR, f"{filename}: {type(exc).__name__}: {exc}")
 
 
 def _cached(repo: str, filename: str, revision: str, settings: HubSettings) -> Path | bool | None:
@@ -153,11 +153,11 @@ def _fetch_tokenizer_config(repo: str, revision: str, settings: HubSettings) -> 
     if settings.offline or _is_commit(revision):
         cached = _cached(repo, TOKENIZER_CONFIG, revision, settings)
         if cached is False:
-            raise FetchError(NOT_FOUND, f"{repo}: {TOKENIZER_CONFIG} not found in the repository (cached answer)")
+            raise FetchError(NOT_FOUND, f"{TOKENIZER_CONFIG} not found in the repository (cached answer)")
         if cached is not None:
             return cached
         if settings.offline:
-            raise FetchError(NOT_CACHED, f"{repo}@{revision}: HF_HUB_OFFLINE is set and {TOKENIZER_CONFIG} is not in the cache")
+            raise FetchError(NOT_CACHED, f"HF_HUB_OFFLINE is set and {TOKENIZER_CONFIG} is not in the cache")
     # One HEAD without retries: a quick, precise failure kind, and the size before any download.
     url = hf_hub_url(repo, TOKENIZER_CONFIG, revision=revision, endpoint=settings.endpoint)
     metadata = get_hf_file_metadata(url, token=settings.token, timeout=settings.timeout, endpoint=settings.endpoint)
@@ -209,9 +209,12 @@ def fetch_many(
     checkpoints: Iterable[tuple[str, str]], settings: HubSettings, workers: int = DEFAULT_WORKERS
 ) -> Iterator[FetchedCheckpoint]:
     """Fetch `(repo, revision)` pairs concurrently, yielding each result as soon as it is complete."""
+    from huggingface_hub.utils import disable_progress_bars
+
     pairs = list(checkpoints)
     if not pairs:
         return
+    disable_progress_bars()  # one bar per small file is noise, and slow with hundreds of checkpoints
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(pairs)))) as pool:
         futures = [pool.submit(fetch_checkpoint, repo, revision, settings) for repo, revision in pairs]
         for future in as_completed(futures):

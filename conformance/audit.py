@@ -1,0 +1,123 @@
+"""The checkpoint audit: fetched (or local) metadata -> template verdicts -> expectations.
+
+`audit_local(directory)` audits a checkpoint directory on disk; `audit_checkpoints(entries, settings)`
+fetches Hub checkpoints concurrently and yields each audit as soon as it is complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conformance import hub
+from conformance.checkpoints import CheckpointEntry, revision_warning
+from conformance.template import (
+    CONFIGURATIONS,
+    Finding,
+    StartupVerdict,
+    TemplateAnalysis,
+    TemplateAnalysisTimeout,
+    analyze_template,
+)
+
+OK = "ok"
+TEMPLATE_TIMEOUT = "template_timeout"
+# Statuses that say something about the checkpoint itself (exit 1); any other failure means the audit
+# could not look at the checkpoint (Hub, network, cache, access: exit 2).
+CHECKPOINT_FAULTS = frozenset({hub.INVALID_JSON, hub.TOO_LARGE, TEMPLATE_TIMEOUT})
+
+
+@dataclass
+class CheckpointAudit:
+    id: str  # Hub repo id, or the directory for a local checkpoint
+    source: str  # "hub" or "local"
+    revision: str | None  # as asked (None for local)
+    commit: str | None  # resolved commit (None for local or when fetching failed)
+    status: str  # "ok" or a failure kind
+    error: str | None = None
+    files: list[str] = field(default_factory=list)
+    template: TemplateAnalysis | None = None
+    expect: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    position: int = 0  # place in the requested order
+
+    @property
+    def vllm_0_32(self) -> dict[str, StartupVerdict] | None:
+        return self.template.vllm_0_32 if self.template is not None else None
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return self.template.findings if self.template is not None else ()
+
+    @property
+    def unmet_expectations(self) -> list[str]:
+        """One message per `expect` entry the prediction does not meet (or cannot be checked)."""
+        unmet = []
+        for configuration, expected in self.expect.items():
+            if self.vllm_0_32 is None:
+                unmet.append(f"{configuration}: expected {expected}, but the checkpoint could not be audited ({self.status})")
+                continue
+            verdict = self.vllm_0_32[configuration]
+            predicted = configuration_outcome(verdict)
+            if predicted != expected:
+                unmet.append(f"{configuration}: expected {expected}, predicted {predicted}"
+                             + (f": {verdict.error}" if verdict.error else ""))
+        return unmet
+
+
+def _analyze(audit: CheckpointAudit, tokenizer_config: dict) -> CheckpointAudit:
+    try:
+        audit.template = analyze_template(tokenizer_config)
+    except TemplateAnalysisTimeout as exc:
+        audit.status, audit.error = TEMPLATE_TIMEOUT, str(exc)
+    return audit
+
+
+def audit_local(directory: Path) -> CheckpointAudit:
+    """Audit a checkpoint directory on disk (e.g. a model about to be uploaded)."""
+    directory = Path(directory)
+    audit = CheckpointAudit(id=str(directory), source="local", revision=None, commit=None, status=OK)
+    audit.files = [name for name in (hub.TOKENIZER_CONFIG, *hub.OPTIONAL_FILES) if (directory / name).is_file()]
+    config_path = directory / hub.TOKENIZER_CONFIG
+    if not config_path.is_file():
+        audit.status, audit.error = hub.NOT_FOUND, f"{config_path}: no such file"
+        return audit
+    try:
+        tokenizer_config = hub.read_tokenizer_config(config_path)
+        if "chat_template.json" in audit.files:
+            hub.read_json_file(directory / "chat_template.json", "chat_template.json")
+    except hub.FetchError as exc:
+        audit.status, audit.error = exc.kind, f"{directory}/{exc}"
+        return audit
+    return _analyze(audit, tokenizer_config)
+
+
+def _audit_fetched(fetched: hub.FetchedCheckpoint, entry: CheckpointEntry, position: int) -> CheckpointAudit:
+    audit = CheckpointAudit(
+        id=entry.repo, source="hub", revision=entry.revision, commit=fetched.commit, status=fetched.status,
+        error=fetched.error, files=list(fetched.files), expect=dict(entry.expect), position=position,
+        warnings=[warning] if (warning := revision_warning(entry)) else [],
+    )
+    if fetched.tokenizer_config is None:
+        return audit
+    return _analyze(audit, fetched.tokenizer_config)
+
+
+def audit_checkpoints(
+    entries: Iterable[CheckpointEntry], settings: hub.HubSettings, workers: int = hub.DEFAULT_WORKERS
+) -> Iterator[CheckpointAudit]:
+    """Audit Hub checkpoints; fetching is concurrent, audits are yielded in completion order."""
+    entries = list(entries)
+    position_of = {(entry.repo, entry.revision): index for index, entry in enumerate(entries)}
+    unique = list(position_of)
+    for fetched in hub.fetch_many(unique, settings, workers=workers):
+        position = position_of[(fetched.repo, fetched.revision)]
+        yield _audit_fetched(fetched, entries[position], position)
+
+
+def configuration_outcome(verdict: StartupVerdict) -> str:
+    return "starts" if verdict.starts else "fails"
+
+
+__all__ = ["CONFIGURATIONS", "CheckpointAudit", "audit_checkpoints", "audit_local", "configuration_outcome"]

@@ -1,0 +1,112 @@
+"""`conformance audit`: check checkpoints' response_template metadata and predict vLLM 0.32 hf startup."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from conformance import exit_codes
+
+DEFAULT_LIST = Path("checkpoints.yaml")
+
+DESCRIPTION = """\
+Audit checkpoints for the Hugging Face `hf` response parser of vLLM 0.32: which metadata key they carry
+(`response_template`, the legacy `response_schema`, both or none), whether the template is valid under the
+format's load rules, a short description of its regions, and whether vLLM 0.32 starts with
+`--enable-auto-tool-choice --tool-call-parser hf`, `--reasoning-parser hf` and both (with vLLM's own error
+message when it does not). vLLM itself is not needed.
+
+Checkpoints come from REPO[@REVISION] arguments, --checkpoints FILE (default: ./checkpoints.yaml when no
+checkpoint is named) and --local DIR. Hub access uses huggingface_hub and honours HF_TOKEN, HF_ENDPOINT,
+HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE; a commit already in the cache costs no request.
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "audit", help="check response_template metadata and predict vLLM 0.32 hf parser startup",
+        description=DESCRIPTION, epilog=exit_codes.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("checkpoints", nargs="*", metavar="REPO[@REVISION]",
+                        help="Hub checkpoints to audit (revision defaults to main, which gets a warning)")
+    parser.add_argument("--checkpoints", dest="list_file", type=Path, metavar="FILE",
+                        help="checkpoint list (YAML, see conformance/schemas/checkpoints.schema.json)")
+    parser.add_argument("--local", action="append", type=Path, default=[], metavar="DIR",
+                        help="audit a checkpoint directory on disk (repeatable)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the JSON report here")
+    parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the Markdown report here")
+    parser.add_argument("--workers", type=int, default=16, metavar="N", help="concurrent Hub fetches (default 16)")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS",
+                        help="seconds to wait for the Hub's answer (default: HF_HUB_ETAG_TIMEOUT or 10)")
+    parser.set_defaults(func=run)
+
+
+def _entries(args: argparse.Namespace) -> list:
+    from conformance.checkpoints import load_checkpoints, parse_spec
+
+    entries = [parse_spec(spec) for spec in args.checkpoints]
+    list_file = args.list_file
+    if list_file is None and not entries and not args.local:
+        if not DEFAULT_LIST.is_file():
+            raise UsageError("nothing to audit: name checkpoints, --checkpoints FILE or --local DIR "
+                             f"(no {DEFAULT_LIST} in the current directory)")
+        list_file = DEFAULT_LIST
+    if list_file is not None:
+        entries += load_checkpoints(list_file)
+    return entries
+
+
+class UsageError(Exception):
+    pass
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from conformance.audit import CHECKPOINT_FAULTS, audit_checkpoints, audit_local
+    from conformance.checkpoints import CheckpointsError, revision_warning
+    from conformance.hub import HubSettings
+    from conformance.report.audit_report import AuditReportWriter, render_table
+
+    errors = Console(stderr=True)
+    try:
+        entries = _entries(args)
+        missing = [str(directory) for directory in args.local if not directory.is_dir()]
+        if missing:
+            raise UsageError(f"--local: not a directory: {', '.join(missing)}")
+        if args.workers < 1:
+            raise UsageError("--workers must be at least 1")
+    except (CheckpointsError, UsageError) as exc:
+        errors.print(f"[red]error:[/] {exc}", highlight=False, markup=True)
+        return exit_codes.ERROR
+    for entry in entries:
+        if warning := revision_warning(entry):
+            errors.print(f"[yellow]warning:[/] {warning}", highlight=False)
+
+    writer = AuditReportWriter(args.json, args.markdown)
+    for directory in args.local:
+        audit = audit_local(directory)
+        audit.position = len(writer.audits)
+        writer.add(audit)
+    offset = len(writer.audits)
+    for audit in audit_checkpoints(entries, HubSettings.from_env(args.timeout), workers=args.workers):
+        audit.position += offset
+        writer.add(audit)
+    report = writer.finish()
+
+    console = Console(file=sys.stdout, width=max(Console().width, 140))
+    console.print(render_table(report))
+    for checkpoint in report["checkpoints"]:
+        for message in ([checkpoint["error"]] if checkpoint["error"] else []) + checkpoint["unmet_expectations"]:
+            console.print(f"{checkpoint['id']}: {message}", highlight=False, markup=False)
+    for path in (args.json, args.markdown):
+        if path is not None:
+            errors.print(f"wrote {path}", highlight=False)
+
+    audits = writer.audits
+    if any(a.status != "ok" and a.status not in CHECKPOINT_FAULTS for a in audits):
+        return exit_codes.ERROR
+    if any(a.status in CHECKPOINT_FAULTS or a.unmet_expectations for a in audits):
+        return exit_codes.FAILED
+    return exit_codes.OK

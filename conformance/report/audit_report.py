@@ -1,0 +1,204 @@
+"""Audit reports: the JSON document (shape: `schemas/audit-report.schema.json`), its Markdown and
+terminal renderings. Renderings read the JSON document only, so any report file can be re-rendered.
+
+`AuditReportWriter` rewrites the report files (atomically) after every checkpoint, marked
+`"complete": false` until the run ends, so nothing computed is lost if the run dies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from conformance import __version__
+from conformance.audit import CheckpointAudit
+from conformance.template import CONFIGURATIONS
+
+TARGET = "vLLM 0.32.0"
+SCHEMA = "audit-report.schema.json"
+
+
+def audit_to_json(audit: CheckpointAudit) -> dict[str, Any]:
+    template = audit.template
+    return {
+        "id": audit.id,
+        "source": audit.source,
+        "revision": audit.revision,
+        "commit": audit.commit,
+        "status": audit.status,
+        "error": audit.error,
+        "files": audit.files,
+        "metadata_key": template.metadata_key if template else None,
+        "response_template": {
+            "present": template.present,
+            "valid": template.valid,
+            "error": template.error,
+        } if template else None,
+        "regions": template.regions if template else None,
+        "findings": [{"code": f.code, "message": f.message} for f in audit.findings],
+        "vllm_0_32": {
+            name: {"starts": verdict.starts, "error": verdict.error} for name, verdict in audit.vllm_0_32.items()
+        } if audit.vllm_0_32 is not None else None,
+        "expect": audit.expect,
+        "unmet_expectations": audit.unmet_expectations,
+        "warnings": audit.warnings,
+    }
+
+
+def build_report(audits: list[CheckpointAudit], *, started_at: datetime, complete: bool) -> dict[str, Any]:
+    ordered = sorted(audits, key=lambda audit: audit.position)
+    return {
+        "tool": {"name": "conformance", "version": __version__},
+        "target": TARGET,
+        "generated_at": started_at.astimezone(timezone.utc).isoformat(timespec="seconds"),
+        "complete": complete,
+        "configurations": CONFIGURATIONS,
+        "summary": {
+            "checkpoints": len(ordered),
+            "ok": sum(audit.status == "ok" for audit in ordered),
+            "failed": sum(audit.status != "ok" for audit in ordered),
+            "unmet_expectations": sum(bool(audit.unmet_expectations) for audit in ordered),
+        },
+        "checkpoints": [audit_to_json(audit) for audit in ordered],
+    }
+
+
+def _outcome(checkpoint: dict, configuration: str) -> str:
+    verdicts = checkpoint["vllm_0_32"]
+    if verdicts is None:
+        return "n/a"
+    return "starts" if verdicts[configuration]["starts"] else "fails"
+
+
+def _revision(checkpoint: dict) -> str:
+    if checkpoint["source"] == "local":
+        return "(local)"
+    commit = checkpoint["commit"]
+    if commit is None or commit == checkpoint["revision"]:
+        return checkpoint["revision"] if commit is None else commit[:12]
+    return f"{checkpoint['revision']} → {commit[:12]}"
+
+
+def _template_state(checkpoint: dict) -> str:
+    template = checkpoint["response_template"]
+    if template is None:
+        return "n/a"
+    if not template["present"]:
+        return "absent"
+    return "valid" if template["valid"] else "invalid"
+
+
+def _expectation(checkpoint: dict) -> str:
+    if not checkpoint["expect"]:
+        return "—"
+    return "UNMET" if checkpoint["unmet_expectations"] else "met"
+
+
+def _code(text: str) -> str:
+    """An inline code span that survives backticks inside the text."""
+    return f"`` {text} ``"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"# Checkpoint audit: `response_template` and {report['target']} `hf` parser startup",
+        "",
+        f"Generated {report['generated_at']} by conformance {report['tool']['version']}"
+        + ("" if report["complete"] else " (**incomplete: the run did not finish**)") + ".",
+        "",
+        "Configurations: " + "; ".join(f"`{name}` = `{flags}`" for name, flags in report["configurations"].items()) + ".",
+        "",
+        "| checkpoint | revision → commit | status | metadata | template | " + " | ".join(CONFIGURATIONS) + " | expect |",
+        "|---|---|---|---|---|" + "---|" * len(CONFIGURATIONS) + "---|",
+    ]
+    for checkpoint in report["checkpoints"]:
+        outcomes = [_outcome(checkpoint, name) for name in CONFIGURATIONS]
+        lines.append("| " + " | ".join(_cell(cell) for cell in [
+            f"`{checkpoint['id']}`", _revision(checkpoint), checkpoint["status"], checkpoint["metadata_key"] or "n/a",
+            _template_state(checkpoint), *outcomes, _expectation(checkpoint),
+        ]) + " |")
+    lines += ["", "## Details", ""]
+    for checkpoint in report["checkpoints"]:
+        lines += [f"### `{checkpoint['id']}`", ""]
+        if checkpoint["commit"]:
+            lines.append(f"- commit: `{checkpoint['commit']}` (revision asked: `{checkpoint['revision']}`)")
+        if checkpoint["error"]:
+            lines.append(f"- **{checkpoint['status']}**: {checkpoint['error']}")
+        if checkpoint["files"]:
+            lines.append("- files: " + ", ".join(f"`{name}`" for name in checkpoint["files"]))
+        template = checkpoint["response_template"]
+        if template and template["error"]:
+            lines.append(f"- response_template error: {_code(template['error'])}")
+        if checkpoint["regions"]:
+            lines.append(f"- regions: {checkpoint['regions']}")
+        for name, verdict in (checkpoint["vllm_0_32"] or {}).items():
+            if not verdict["starts"]:
+                lines.append(f"- `{report['configurations'][name]}` fails: {_code(verdict['error'])}")
+        lines += [f"- finding ({finding['code']}): {finding['message']}" for finding in checkpoint["findings"]]
+        lines += [f"- warning: {warning}" for warning in checkpoint["warnings"]]
+        lines += [f"- **unmet expectation**: {message}" for message in checkpoint["unmet_expectations"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def render_table(report: dict[str, Any]) -> Any:
+    """A rich Table of the report, one row per checkpoint."""
+    from rich.table import Table
+
+    styles = {"starts": "green", "fails": "red", "UNMET": "bold red", "met": "green", "ok": "green"}
+    table = Table(title=f"response_template audit ({report['target']} hf parser)", show_lines=False)
+    for column in ("checkpoint", "revision", "status", "metadata", "template", "tool hf", "reasoning hf", "both", "expect"):
+        table.add_column(column, overflow="fold")
+    for checkpoint in report["checkpoints"]:
+        cells = [
+            checkpoint["id"], _revision(checkpoint), checkpoint["status"], checkpoint["metadata_key"] or "n/a",
+            _template_state(checkpoint), *(_outcome(checkpoint, name) for name in CONFIGURATIONS), _expectation(checkpoint),
+        ]
+        table.add_row(*(f"[{styles[cell]}]{cell}[/]" if cell in styles else cell for cell in cells))
+    return table
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+class AuditReportWriter:
+    """Collects audits and keeps the report files on disk current after each one."""
+
+    def __init__(self, json_path: Path | None = None, markdown_path: Path | None = None) -> None:
+        self.json_path, self.markdown_path = json_path, markdown_path
+        self.audits: list[CheckpointAudit] = []
+        self.started_at = datetime.now(timezone.utc)
+        for path in (json_path, markdown_path):
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+
+    def report(self, complete: bool) -> dict[str, Any]:
+        return build_report(self.audits, started_at=self.started_at, complete=complete)
+
+    def add(self, audit: CheckpointAudit) -> None:
+        self.audits.append(audit)
+        self._write(self.report(complete=False))
+
+    def finish(self) -> dict[str, Any]:
+        report = self.report(complete=True)
+        self._write(report)
+        return report
+
+    def _write(self, report: dict[str, Any]) -> None:
+        if self.json_path is not None:
+            _write_atomically(self.json_path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        if self.markdown_path is not None:
+            _write_atomically(self.markdown_path, render_markdown(report))
+
+
+__all__ = ["AuditReportWriter", "audit_to_json", "build_report", "render_markdown", "render_table"]
