@@ -1,0 +1,680 @@
+"""Checks: pure functions from (case, transcript) to check results. No I/O, no server.
+
+`judge(case, transcript, companion=..., markers=...)` runs every check that applies to one
+transcript and returns a list of `Check`. Kinds:
+
+* `contract`: the client contract every response must keep (stream framing, tool-call deltas,
+  valid JSON arguments, no leaked template markers, stream equals non-stream, transport).
+* `expectation`: the case's expected outcome for the profile (or, in natural mode, the tool call
+  the prompt asks for).
+* `schema`: tool arguments validated against the tool's JSON schema. A model choosing wrong
+  values is not a parser failure, so a failing schema check never fails the case.
+* `finding`: facts clients depend on, recorded for reports and diffs (which reasoning field the
+  server uses, how tool calls stream, whether openai-python's own accumulator rebuilds the same
+  message). Never fails the case.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.transcript import Transcript
+
+PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
+CONTRACT, EXPECTATION, SCHEMA, FINDING = "contract", "expectation", "schema", "finding"
+BLOCKING_KINDS = (CONTRACT, EXPECTATION)
+
+# Qwen3/Hermes delimiters: the markers checked when the served checkpoint's template is unknown.
+DEFAULT_MARKERS: tuple[str, ...] = ("<think>", "</think>", "<tool_call>", "</tool_call>")
+MESSAGE_FIELDS = ("reasoning", "content", "tool_calls")
+REASONING_KEYS = ("reasoning", "reasoning_content")
+RESPONSES_TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    outcome: str  # pass | fail | skip | error
+    kind: str = CONTRACT
+    reason: str = ""
+    expected: Any = None
+    actual: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Check:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str | None
+    arguments: str | None  # the arguments string exactly as delivered
+    id: str | None = None
+    type: str | None = None
+
+
+@dataclass
+class Message:
+    """The client-visible result of one response, however it was delivered."""
+
+    reasoning: str | None = None
+    content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    reasoning_keys: set[str] = field(default_factory=set)  # which field names carried reasoning
+
+
+@dataclass
+class StreamReading:
+    """A recorded stream taken apart: the reassembled message plus what the framing looked like."""
+
+    message: Message
+    chunks: list[dict[str, Any]]
+    invalid_lines: list[str]  # problems that make the stream unreadable (invalid SSE)
+    stream_error: Any  # an error object sent inside the stream
+    done: bool
+    lines_after_done: int
+    tool_deltas: dict[int, list[dict[str, Any]]]  # per index, every tool-call delta in order
+    tool_delta_problems: list[str]
+    events: list[dict[str, Any]]  # Responses API: every event object
+
+
+# --- reading responses ------------------------------------------------------------------------
+
+
+def _join(pieces: Iterable[str | None]) -> str | None:
+    text = "".join(piece for piece in pieces if piece)
+    return text or None
+
+
+def _message_from_chat_json(message: Mapping[str, Any], finish_reason: str | None) -> Message:
+    keys = {key for key in REASONING_KEYS if message.get(key)}
+    calls = [
+        ToolCall(
+            name=(call.get("function") or {}).get("name"),
+            arguments=(call.get("function") or {}).get("arguments"),
+            id=call.get("id"),
+            type=call.get("type"),
+        )
+        for call in message.get("tool_calls") or []
+    ]
+    return Message(
+        reasoning=_join(message.get(key) for key in REASONING_KEYS),
+        content=message.get("content") or None,
+        tool_calls=calls,
+        finish_reason=finish_reason,
+        reasoning_keys=keys,
+    )
+
+
+def _message_from_responses_json(response: Mapping[str, Any]) -> Message:
+    reasoning, content, calls = [], [], []
+    for item in response.get("output") or []:
+        kind = item.get("type")
+        if kind == "reasoning":
+            reasoning += [part.get("text") for part in item.get("content") or []]
+        elif kind == "message":
+            content += [part.get("text") for part in item.get("content") or [] if part.get("type") == "output_text"]
+        elif kind == "function_call":
+            calls.append(ToolCall(item.get("name"), item.get("arguments"), item.get("call_id"), "function"))
+    status = response.get("status")
+    finish = {"incomplete": "length", "failed": "error"}.get(status or "", "tool_calls" if calls else "stop")
+    return Message(_join(reasoning), _join(content), calls, finish, {"reasoning"} if _join(reasoning) else set())
+
+
+def response_message(transcript: Transcript) -> Message | None:
+    """The message of a non-streaming response (None if there is none)."""
+    response = transcript.response
+    if not isinstance(response, Mapping):
+        return None
+    if transcript.endpoint == "responses":
+        return _message_from_responses_json(response)
+    choices = response.get("choices") or []
+    if not choices or not isinstance(choices[0], Mapping):
+        return None
+    return _message_from_chat_json(choices[0].get("message") or {}, choices[0].get("finish_reason"))
+
+
+def read_stream(transcript: Transcript) -> StreamReading:
+    """Parse the recorded SSE lines and reassemble the message (choice 0) the way a client would."""
+    chunks: list[dict[str, Any]] = []
+    invalid: list[str] = []
+    stream_error = None
+    done = False
+    after_done = 0
+    for number, line in enumerate(transcript.sse, start=1):
+        if done:
+            after_done += 1
+            continue
+        if line.data.strip() == "[DONE]":
+            done = True
+            continue
+        try:
+            payload = json.loads(line.data)
+        except json.JSONDecodeError as exc:
+            invalid.append(f"data line {number} is not JSON ({exc.msg}): {line.data[:80]!r}")
+            continue
+        if not isinstance(payload, dict):
+            invalid.append(f"data line {number} is not a JSON object: {line.data[:80]!r}")
+        elif "error" in payload and transcript.endpoint == "chat":
+            stream_error = payload["error"]
+        elif payload.get("type") == "error":
+            stream_error = payload
+        else:
+            chunks.append(payload)
+    if transcript.endpoint == "responses":
+        return _read_responses_stream(chunks, invalid, stream_error, done, after_done)
+    return _read_chat_stream(chunks, invalid, stream_error, done, after_done)
+
+
+def _read_chat_stream(chunks, invalid, stream_error, done, after_done) -> StreamReading:
+    reasoning: list[str] = []
+    content: list[str] = []
+    keys: set[str] = set()
+    finish_reason = None
+    tool_deltas: dict[int, list[dict[str, Any]]] = {}
+    problems: list[str] = []
+    for number, chunk in enumerate(chunks, start=1):
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            for key in REASONING_KEYS:
+                if delta.get(key):
+                    keys.add(key)
+                    reasoning.append(delta[key])
+            if delta.get("content"):
+                content.append(delta["content"])
+            for tool_delta in delta.get("tool_calls") or []:
+                index = tool_delta.get("index")
+                if not isinstance(index, int):
+                    problems.append(f"chunk {number}: tool-call delta without an integer `index`: {tool_delta}")
+                    continue
+                tool_deltas.setdefault(index, []).append(tool_delta)
+            finish_reason = choice.get("finish_reason") or finish_reason
+    calls = []
+    for index in sorted(tool_deltas):
+        deltas = tool_deltas[index]
+        functions = [d.get("function") or {} for d in deltas]
+        calls.append(
+            ToolCall(
+                name=_join(f.get("name") for f in functions),
+                arguments=_join(f.get("arguments") for f in functions) or "",
+                id=next((d["id"] for d in deltas if d.get("id")), None),
+                type=next((d["type"] for d in deltas if d.get("type")), None),
+            )
+        )
+    message = Message(_join(reasoning), _join(content), calls, finish_reason, keys)
+    return StreamReading(message, chunks, invalid, stream_error, done, after_done, tool_deltas, problems, [])
+
+
+def _read_responses_stream(events, invalid, stream_error, done, after_done) -> StreamReading:
+    terminal = [e for e in events if e.get("type") in RESPONSES_TERMINAL_EVENTS]
+    if terminal and isinstance(terminal[-1].get("response"), Mapping):
+        message = _message_from_responses_json(terminal[-1]["response"])
+    else:
+        message = Message()
+    tool_deltas: dict[int, list[dict[str, Any]]] = {}
+    for event in events:
+        if event.get("type") == "response.function_call_arguments.delta":
+            tool_deltas.setdefault(event.get("output_index", 0), []).append(event)
+    return StreamReading(message, events, invalid, stream_error, done, after_done, tool_deltas, [], events)
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def template_markers(response_template: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The literal delimiters (open/close strings) of a response_template; defaults when unknown."""
+    if not isinstance(response_template, Mapping):
+        return DEFAULT_MARKERS
+    markers: list[str] = []
+    for spec in (response_template.get("fields") or {}).values():
+        if not isinstance(spec, Mapping):
+            continue
+        for key in ("open", "close"):
+            values = spec.get(key)
+            for value in [values] if isinstance(values, str) else values or []:
+                if isinstance(value, str) and value.strip() and value not in markers:
+                    markers.append(value)
+    return tuple(markers) or DEFAULT_MARKERS
+
+
+def _empty(text: str | None) -> str | None:
+    return text or None
+
+
+def _json_or_raw(arguments: str | None) -> Any:
+    try:
+        return {"json": json.loads(arguments)} if arguments is not None else None
+    except (json.JSONDecodeError, TypeError):
+        return {"raw": arguments}
+
+
+def message_view(message: Message, fields: Sequence[str] = MESSAGE_FIELDS + ("finish_reason",)) -> dict[str, Any]:
+    """A comparable, JSON-friendly view: empty texts as null, arguments as JSON values when they parse."""
+    view: dict[str, Any] = {}
+    if "reasoning" in fields:
+        view["reasoning"] = _empty(message.reasoning)
+    if "content" in fields:
+        view["content"] = _empty(message.content)
+    if "tool_calls" in fields:
+        view["tool_calls"] = [
+            {"name": call.name, "arguments": _json_or_raw(call.arguments)} for call in message.tool_calls
+        ]
+    if "finish_reason" in fields:
+        view["finish_reason"] = message.finish_reason
+    return view
+
+
+def expected_view(case: Any, profile: str, mode: str) -> dict[str, Any] | None:
+    """The expected message + finish_reason for this profile and mode (stream overrides applied),
+    in the shape of `message_view`; None when the profile expects an error or has no expectation."""
+    expectation = case.expect.get(profile)
+    if expectation is None or expectation.error is not None:
+        return None
+    expectation = expectation.for_mode(mode)
+    message = expectation.message
+    return {
+        "reasoning": _empty(message.reasoning) if message else None,
+        "content": _empty(message.content) if message else None,
+        "tool_calls": [_expected_call_view(call) for call in (message.tool_calls if message else ())],
+        "finish_reason": expectation.finish_reason,
+    }
+
+
+def _expected_call_view(call: Any) -> dict[str, Any]:
+    if call.arguments_raw is not None:
+        return {"name": call.name, "arguments": {"raw": call.arguments_raw}}
+    return {"name": call.name, "arguments": {"json": {} if call.arguments is None else call.arguments}}
+
+
+def _stream_override_keys(case: Any, profile: str) -> set[str]:
+    expectation = case.expect.get(profile)
+    return set(expectation.stream_overrides) if expectation is not None else set()
+
+
+def _raw_expected_indices(case: Any, profile: str, mode: str) -> set[int]:
+    view = expected_view(case, profile, mode)
+    if view is None:
+        return set()
+    return {i for i, call in enumerate(view["tool_calls"]) if "raw" in call["arguments"]}
+
+
+# --- the checks ---------------------------------------------------------------------------------
+
+
+def check_transport(transcript: Transcript, reading: StreamReading | None) -> Check:
+    """Did a judgeable response arrive? Anything else is an infrastructure `error`, never a pass."""
+    if transcript.transport_error:
+        return Check("transport", ERROR, reason=transcript.transport_error)
+    if transcript.status is None:
+        return Check("transport", ERROR, reason="no HTTP response recorded")
+    if transcript.status >= 500:
+        return Check("transport", ERROR, reason=f"HTTP {transcript.status}: {_error_text(transcript.error_body)}")
+    if reading is not None:
+        if reading.invalid_lines:
+            return Check("transport", ERROR, reason="invalid SSE: " + "; ".join(reading.invalid_lines[:3]))
+        if reading.stream_error is not None:
+            return Check("transport", ERROR, reason=f"error inside the stream: {_error_text(reading.stream_error)}")
+    elif transcript.status < 400 and response_message(transcript) is None:
+        return Check("transport", ERROR, reason="the response has no choices[0].message / output")
+    return Check("transport", PASS)
+
+
+def _error_object(body: Any) -> Mapping[str, Any]:
+    if isinstance(body, Mapping):
+        inner = body.get("error")
+        return inner if isinstance(inner, Mapping) else body
+    return {"message": body}
+
+
+def _error_text(body: Any) -> str:
+    error = _error_object(body)
+    return str(error.get("message") or error.get("detail") or body)[:300]
+
+
+def check_stream_framing(reading: StreamReading, endpoint: str) -> Check:
+    problems = []
+    if endpoint == "responses":
+        terminal = [i for i, e in enumerate(reading.events) if e.get("type") in RESPONSES_TERMINAL_EVENTS]
+        if len(terminal) != 1:
+            problems.append(f"{len(terminal)} terminal events (response.completed/incomplete/failed), expected 1")
+        elif terminal[0] != len(reading.events) - 1:
+            problems.append("events after the terminal event")
+    else:
+        role_chunks = [i for i, c in enumerate(reading.chunks) if _delta(c).get("role")]
+        if not reading.chunks or _delta(reading.chunks[0]).get("role") != "assistant":
+            problems.append("the first delta does not carry role 'assistant'")
+        if len(role_chunks) > 1:
+            problems.append(f"role sent in {len(role_chunks)} deltas")
+        finishes = [c for c in reading.chunks for ch in c.get("choices") or [] if ch.get("finish_reason")]
+        if len(finishes) != 1:
+            problems.append(f"{len(finishes)} chunks carry a finish_reason, expected exactly 1")
+        if not reading.done:
+            problems.append("no data: [DONE]")
+    if reading.lines_after_done:
+        problems.append(f"{reading.lines_after_done} data line(s) after [DONE]")
+    if problems:
+        return Check("stream_framing", FAIL, reason="; ".join(problems))
+    return Check("stream_framing", PASS)
+
+
+def _delta(chunk: Mapping[str, Any]) -> Mapping[str, Any]:
+    choices = chunk.get("choices") or []
+    return (choices[0].get("delta") or {}) if choices else {}
+
+
+def check_tool_call_deltas(reading: StreamReading) -> Check:
+    """First delta per index: id, type "function", non-empty name; indices 0.. contiguous."""
+    problems = list(reading.tool_delta_problems)
+    order = list(reading.tool_deltas)  # insertion order = order of first appearance
+    if order != list(range(len(order))):
+        problems.append(f"indices in order of appearance are {order}, expected 0..{len(order) - 1}")
+    for index, deltas in reading.tool_deltas.items():
+        first = deltas[0]
+        function = first.get("function") or {}
+        missing = [
+            what
+            for what, ok in (
+                ("an id", bool(first.get("id"))),
+                ('type "function"', first.get("type") == "function"),
+                ("a non-empty name", bool(function.get("name"))),
+            )
+            if not ok
+        ]
+        if missing:
+            problems.append(f"first delta of index {index} lacks {', '.join(missing)}: {json.dumps(first)}")
+    if problems:
+        return Check("tool_call_deltas", FAIL, reason="; ".join(problems))
+    return Check("tool_call_deltas", PASS)
+
+
+def check_arguments_json(message: Message, raw_expected: set[int]) -> Check:
+    problems = []
+    for index, call in enumerate(message.tool_calls):
+        if index in raw_expected:
+            continue  # the case expects these arguments verbatim, not as JSON
+        try:
+            json.loads(call.arguments or "")
+        except json.JSONDecodeError:
+            problems.append(f"call {index} ({call.name}): arguments are not valid JSON: {call.arguments!r}")
+    if problems:
+        return Check("arguments_json", FAIL, reason="; ".join(problems))
+    return Check("arguments_json", PASS)
+
+
+def check_arguments_schema(message: Message, tools: Mapping[str, Mapping[str, Any]]) -> Check:
+    """`tools`: each request tool's parameters schema by function name."""
+    from jsonschema import validators
+
+    problems = []
+    for index, call in enumerate(message.tool_calls):
+        tool = tools.get(call.name or "")
+        if tool is None:
+            problems.append(f"call {index}: {call.name!r} is not one of the request's tools")
+            continue
+        try:
+            arguments = json.loads(call.arguments or "")
+        except json.JSONDecodeError:
+            continue  # reported by arguments_json
+        schema = tool
+        validator = validators.validator_for(schema)(schema)
+        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+        problems += [f"call {index} ({call.name}) {'/'.join(map(str, e.path)) or '<root>'}: {e.message}" for e in errors]
+    if not message.tool_calls:
+        return Check("arguments_schema", SKIP, SCHEMA, reason="no tool calls")
+    if problems:
+        return Check("arguments_schema", FAIL, SCHEMA, reason="; ".join(problems))
+    return Check("arguments_schema", PASS, SCHEMA)
+
+
+def check_marker_leaks(message: Message, expected: Mapping[str, Any] | None, markers: Sequence[str]) -> Check:
+    """No template delimiter in content or reasoning, unless the case expects it there."""
+    leaks = []
+    for name in ("reasoning", "content"):
+        text = getattr(message, name) or ""
+        allowed = (expected or {}).get(name) or ""
+        leaks += [f"{marker!r} in {name}" for marker in markers if marker in text and marker not in allowed]
+    if leaks:
+        return Check("marker_leak", FAIL, reason="template markers leaked: " + ", ".join(leaks))
+    return Check("marker_leak", PASS)
+
+
+def check_stream_equals_non_stream(
+    stream: Message, non_stream: Message, skip_fields: set[str]
+) -> Check:
+    fields = [f for f in MESSAGE_FIELDS + ("finish_reason",) if f not in skip_fields]
+    streamed, whole = message_view(stream, fields), message_view(non_stream, fields)
+    differing = [f for f in fields if streamed[f] != whole[f]]
+    if differing:
+        return Check(
+            "stream_equals_non_stream",
+            FAIL,
+            reason="reassembled stream differs from the non-streaming message in " + ", ".join(differing),
+            expected={f: whole[f] for f in differing},
+            actual={f: streamed[f] for f in differing},
+        )
+    suffix = f" (known differences skipped: {', '.join(sorted(skip_fields))})" if skip_fields else ""
+    return Check("stream_equals_non_stream", PASS, reason="same message" + suffix)
+
+
+def finding_reasoning_field(message: Message) -> Check:
+    keys = sorted(message.reasoning_keys)
+    value = "+".join(keys) if keys else "none"
+    reason = "reasoning text arrived in " + (" and ".join(f"`{k}`" for k in keys) if keys else "no field")
+    return Check("reasoning_field", PASS, FINDING, reason=reason, actual=value)
+
+
+def observed_tool_call_streaming(reading: StreamReading) -> str:
+    """`whole` (one delta per call), `incremental` (some call in several deltas) or `none`."""
+    if not reading.tool_deltas:
+        return "none"
+    return "whole" if all(len(deltas) == 1 for deltas in reading.tool_deltas.values()) else "incremental"
+
+
+def finding_tool_call_streaming(reading: StreamReading) -> Check:
+    counts = {index: len(deltas) for index, deltas in reading.tool_deltas.items()}
+    observed = observed_tool_call_streaming(reading)
+    return Check("tool_call_streaming", PASS, FINDING, reason=f"deltas per call index: {counts}", actual=observed)
+
+
+def replay_with_openai_client(transcript: Transcript) -> Message:
+    """Feed the recorded chunks through openai-python's own accumulator (the helper behind
+    `client.chat.completions.stream()`), exactly as the SDK would have received them."""
+    from openai._models import construct_type
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
+    state = ChatCompletionStreamState(input_tools=(transcript.request.get("tools") or []))
+    for chunk in read_stream(transcript).chunks:
+        state.handle_chunk(construct_type(type_=ChatCompletionChunk, value=chunk))
+    choice = state.get_final_completion().choices[0]
+    return _message_from_chat_json(choice.message.to_dict(), choice.finish_reason)
+
+
+def finding_client_replay(transcript: Transcript, ours: Message) -> Check:
+    try:
+        replayed = replay_with_openai_client(transcript)
+    except Exception as exc:  # the point is to report how the real client breaks
+        return Check("client_replay", FAIL, FINDING, reason=f"openai client raised {type(exc).__name__}: {exc}"[:400])
+    theirs, mine = message_view(replayed), message_view(ours)
+    differing = [key for key in mine if theirs[key] != mine[key]]
+    if differing:
+        return Check(
+            "client_replay",
+            FAIL,
+            FINDING,
+            reason="openai client rebuilds a different message: " + ", ".join(differing),
+            expected={k: mine[k] for k in differing},
+            actual={k: theirs[k] for k in differing},
+        )
+    return Check("client_replay", PASS, FINDING, reason="openai client rebuilds the same message")
+
+
+def check_expected_error(transcript: Transcript, expected_error: Any) -> Check:
+    want = {"status": expected_error.status, "param": expected_error.param, "message": expected_error.message}
+    if transcript.status is None or transcript.status < 400:
+        return Check("expected_error", FAIL, EXPECTATION, reason="the request was accepted, expected a refusal",
+                     expected=want, actual={"status": transcript.status})
+    error = _error_object(transcript.error_body)
+    got = {"status": transcript.status, "param": error.get("param"), "message": error.get("message")}
+    problems = []
+    if want["status"] is not None and got["status"] != want["status"]:
+        problems.append(f"status {got['status']} != {want['status']}")
+    if want["param"] is not None and got["param"] != want["param"]:
+        problems.append(f"param {got['param']!r} != {want['param']!r}")
+    if want["message"] and want["message"] not in str(got["message"] or ""):
+        problems.append(f"message does not contain {want['message']!r}")
+    if problems:
+        return Check("expected_error", FAIL, EXPECTATION, reason="; ".join(problems), expected=want, actual=got)
+    return Check("expected_error", PASS, EXPECTATION, expected=want, actual=got)
+
+
+def check_expected_message(actual: Message, expected: Mapping[str, Any]) -> Check:
+    mine = message_view(actual)
+    want = {k: v for k, v in expected.items() if not (k == "finish_reason" and v is None)}
+    differing = [key for key in want if mine.get(key) != want[key]]
+    if differing:
+        return Check(
+            "expected_message",
+            FAIL,
+            EXPECTATION,
+            reason="differs from the expected message in " + ", ".join(differing),
+            expected={k: want[k] for k in differing},
+            actual={k: mine.get(k) for k in differing},
+        )
+    return Check("expected_message", PASS, EXPECTATION)
+
+
+def check_expected_streaming(reading: StreamReading, expected: str) -> Check:
+    observed = observed_tool_call_streaming(reading)
+    if observed in ("none", expected):
+        return Check("expected_tool_call_streaming", PASS, EXPECTATION, expected=expected, actual=observed)
+    return Check(
+        "expected_tool_call_streaming",
+        FAIL,
+        EXPECTATION,
+        reason=f"tool calls streamed {observed}, expected {expected}",
+        expected=expected,
+        actual=observed,
+    )
+
+
+def check_natural(message: Message, expect_tool: str | None) -> Check:
+    """Natural mode: did the model call the tool the prompt asks for? A miss is the model's, not the parser's."""
+    names = [call.name for call in message.tool_calls]
+    if expect_tool is None:
+        return Check("natural", PASS, EXPECTATION, reason="no tool call asked for", actual=names)
+    if expect_tool in names:
+        return Check("natural", PASS, EXPECTATION, expected=expect_tool, actual=names)
+    return Check("natural", SKIP, EXPECTATION, reason=f"model miss: no call to {expect_tool}", expected=expect_tool,
+                 actual=names)
+
+
+# --- putting it together -------------------------------------------------------------------------
+
+
+def judge(
+    case: Any,
+    transcript: Transcript,
+    *,
+    companion: Transcript | None = None,
+    markers: Sequence[str] = DEFAULT_MARKERS,
+) -> list[Check]:
+    """Every check that applies to one transcript. `companion` is the non-streaming transcript of the
+    same case/profile/repeat, used to judge a stream against it."""
+    if transcript.skip_reason:
+        return [Check("request", SKIP, reason=transcript.skip_reason)]
+    streaming = transcript.mode == "stream"
+    reading = read_stream(transcript) if streaming else None
+    transport = check_transport(transcript, reading)
+    if transport.outcome == ERROR:
+        return [transport]
+    checks = [transport]
+    expectation = case.expect.get(transcript.profile)
+    expected_error = expectation.error if expectation is not None else None
+    refused = transcript.status is not None and transcript.status >= 400
+
+    if not transcript.forced:  # natural mode: the `natural` block replaces the expectation
+        expected_error = None
+        expectation = None
+    if expected_error is not None:
+        checks.append(check_expected_error(transcript, expected_error))
+    if refused:
+        reason = f"refused with HTTP {transcript.status}: {_error_text(transcript.error_body)}"
+        if transcript.forced and expectation is None:
+            checks.append(Check("expectation", SKIP, EXPECTATION,
+                                reason=f"no expectation for profile {transcript.profile}; {reason}"))
+        elif expected_error is None:
+            checks.append(Check("http_status", FAIL, reason=reason, expected="2xx", actual=transcript.status))
+        if streaming and companion is not None:
+            checks.append(_compare_refusals(transcript, companion))
+        return checks
+
+    message = reading.message if reading is not None else response_message(transcript)
+    assert message is not None  # check_transport guarantees it
+    expected = expected_view(case, transcript.profile, transcript.mode) if transcript.forced else None
+    if reading is not None:
+        checks.append(check_stream_framing(reading, transcript.endpoint))
+        if transcript.endpoint == "chat":
+            checks.append(check_tool_call_deltas(reading))
+    raw_expected = _raw_expected_indices(case, transcript.profile, transcript.mode) if transcript.forced else set()
+    checks.append(check_arguments_json(message, raw_expected))
+    checks.append(check_marker_leaks(message, expected, markers))
+    checks.append(check_arguments_schema(message, case.tool_parameters()))
+    checks.append(finding_reasoning_field(message))
+    if reading is not None:
+        checks.append(finding_tool_call_streaming(reading))
+        if transcript.endpoint == "chat":
+            checks.append(finding_client_replay(transcript, message))
+        if companion is not None and transcript.forced:  # natural outputs differ between requests
+            checks.append(_compare_with_companion(case, transcript, message, companion))
+
+    if not transcript.forced:
+        checks.append(check_natural(message, case.natural.expect_tool if case.natural else None))
+    elif expectation is None:
+        checks.append(Check("expectation", SKIP, EXPECTATION, reason=f"no expectation for profile {transcript.profile}"))
+    elif expected_error is None and expected is not None:
+        checks.append(check_expected_message(message, expected))
+        wanted_streaming = expectation.tool_call_streaming
+        if reading is not None and wanted_streaming:
+            checks.append(check_expected_streaming(reading, wanted_streaming))
+    return checks
+
+
+def _compare_refusals(stream: Transcript, non_stream: Transcript) -> Check:
+    same = stream.status == non_stream.status and _error_object(stream.error_body).get("param") == _error_object(
+        non_stream.error_body
+    ).get("param")
+    if same:
+        return Check("stream_equals_non_stream", PASS, reason=f"both refused with HTTP {stream.status}")
+    return Check(
+        "stream_equals_non_stream",
+        FAIL,
+        reason="streaming and non-streaming were refused differently",
+        expected={"status": non_stream.status, "error": non_stream.error_body},
+        actual={"status": stream.status, "error": stream.error_body},
+    )
+
+
+def _compare_with_companion(case: Any, stream: Transcript, message: Message, companion: Transcript) -> Check:
+    if companion.skip_reason or companion.transport_error:
+        return Check("stream_equals_non_stream", SKIP, reason="no usable non-streaming transcript to compare")
+    if companion.status is not None and companion.status >= 400:
+        return Check(
+            "stream_equals_non_stream",
+            FAIL,
+            reason=f"the non-streaming request was refused (HTTP {companion.status}) but the stream was accepted",
+        )
+    whole = response_message(companion)
+    if whole is None:
+        return Check("stream_equals_non_stream", SKIP, reason="the non-streaming response has no message")
+    skip = _stream_override_keys(case, stream.profile) if stream.forced else set()
+    return check_stream_equals_non_stream(message, whole, skip)

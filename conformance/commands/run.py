@@ -1,0 +1,177 @@
+"""`conformance run`: drive a live server through the case set, record transcripts, write reports."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import signal
+import sys
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from conformance import exit_codes
+
+DESCRIPTION = """\
+Send every case (streaming and non-streaming unless a case says otherwise) to an OpenAI-compatible
+server and judge the answers: stream framing, tool-call deltas, valid JSON arguments, leaked
+template markers, stream vs non-stream, the expected outcome for the profile, plus findings
+(reasoning field, tool-call streaming, openai-python client replay, argument schema).
+
+Either attach to a running server (--base-url URL --model NAME --profile hf|legacy), or let the
+tool build the tiny checkpoint and start real vLLM itself (--launch hf|legacy).
+
+Writes to --out (default reports/run-<time>): transcripts.jsonl and results.jsonl as the run goes
+(a crash loses nothing), then report.md (for $GITHUB_STEP_SUMMARY), junit.xml, report.html and
+run.json. `conformance recheck OUT/transcripts.jsonl` judges the recording again with no server.
+
+examples:
+  conformance run --launch hf
+  conformance run --base-url http://127.0.0.1:8000/v1 --model tiny --profile legacy --feature tool_call
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run the case set against a live server and write transcripts and reports",
+        description=DESCRIPTION,
+        epilog=exit_codes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--base-url", help="server to attach to, ending in /v1 (needs --model)")
+    where.add_argument("--launch", metavar="PROFILE", help="build the tiny checkpoint and start real vLLM with PROFILE")
+    parser.add_argument("--model", help="model name the server serves (with --base-url)")
+    parser.add_argument("--profile", help="profile whose expectations apply (default: the --launch profile)")
+    parser.add_argument("--cases", type=Path, help="case directory (default: the shipped cases/)")
+    parser.add_argument("--out", type=Path, help="output directory (default: reports/run-<time>)")
+    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (default: 8)")
+    parser.add_argument("--repeat", type=int, default=1, metavar="K", help="run every case K times; reports pass@K")
+    parser.add_argument("--case", action="append", default=[], metavar="ID", help="only this case (repeatable)")
+    parser.add_argument("--feature", action="append", default=[], metavar="TAG",
+                        help="only cases with this feature tag (repeatable)")
+    parser.add_argument("--natural", action="store_true",
+                        help="natural mode: send prompts without forcing outputs (for real models)")
+    parser.add_argument("--no-force", action="store_true",
+                        help="the server cannot force outputs: forced cases are skipped, not sent")
+    parser.add_argument("--timeout", type=float, default=120, help="seconds per request (default: 120)")
+    parser.add_argument("--api-key", default="EMPTY", help="API key sent to the server (default: EMPTY)")
+    parser.add_argument("--checkpoint", type=Path,
+                        help="local checkpoint directory: its response_template gives the markers checked for leaks")
+    parser.add_argument("--checkpoint-revision", help="revision recorded in the reports")
+    parser.set_defaults(func=run)
+
+
+def _usage_error(message: str) -> int:
+    print(f"conformance run: error: {message}", file=sys.stderr)
+    return exit_codes.ERROR
+
+
+def run(args: argparse.Namespace) -> int:
+    from conformance.cases import CaseFileError, load_suite
+    from conformance.engine import select_cases
+
+    if args.base_url and not (args.model and args.profile):
+        return _usage_error("--base-url needs --model and --profile")
+    if args.launch:
+        from conformance.server import PROFILES
+
+        if args.launch not in PROFILES:
+            return _usage_error(f"unknown profile {args.launch!r} for --launch; choose one of: {', '.join(PROFILES)}")
+    if args.repeat < 1 or args.concurrency < 1:
+        return _usage_error("--repeat and --concurrency must be at least 1")
+    try:
+        cases = select_cases(load_suite(args.cases), args.case, args.feature)
+    except (CaseFileError, ValueError) as exc:
+        return _usage_error(str(exc))
+    if not cases:
+        return _usage_error("no case matches the selection")
+    out_dir = args.out or Path("reports") / f"run-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # unwind: a launched server is stopped
+    try:
+        with _target(args, out_dir) as (target, markers):
+            print(f"running {len(cases)} cases against {target.base_url} ({target.profile} profile); "
+                  f"writing to {out_dir}", file=sys.stderr)
+            return _run_and_report(cases, target, markers, out_dir, args)
+    except _LaunchFailed as exc:
+        return _usage_error(str(exc))
+
+
+def _run_and_report(cases, target, markers, out_dir: Path, args: argparse.Namespace) -> int:
+    from conformance.engine import run as run_engine
+    from conformance.engine import write_reports
+    from conformance.transcript import TRANSCRIPTS_FILE, read_transcripts
+
+    output = run_engine(
+        cases, target, out_dir, concurrency=args.concurrency, repeat=args.repeat, natural=args.natural,
+        markers=markers, progress=True,
+    )  # fmt: skip
+    paths = write_reports(out_dir, output.results, output.stamp, read_transcripts(out_dir / TRANSCRIPTS_FILE))
+    print(output.summary.line())
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return {"error": exit_codes.ERROR, "fail": exit_codes.FAILED}.get(output.summary.exit_outcome, exit_codes.OK)
+
+
+class _LaunchFailed(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tuple[str, ...]]]:
+    """(Target, markers) for an attached server, or for a freshly launched one (stopped on exit)."""
+    from conformance.driver import Target
+
+    if args.base_url:
+        template = _response_template(args.checkpoint) if args.checkpoint else None
+        yield Target(
+            base_url=args.base_url, model=args.model, profile=args.profile, api_key=args.api_key,
+            timeout=args.timeout, can_force=not args.no_force, checkpoint_revision=args.checkpoint_revision,
+        ), _markers(template)  # fmt: skip
+        return
+    from conformance.fixture import build_fixture
+    from conformance.server import ServerStartError, launch
+
+    checkpoint = build_fixture(out_dir / "checkpoint", variant="full")
+    print(f"starting vLLM ({args.launch} profile) on {checkpoint} ...", file=sys.stderr)
+    try:
+        with launch(args.launch, checkpoint, log_dir=out_dir) as server:
+            yield Target(
+                base_url=server.base_url, model=server.model, profile=args.profile or server.profile.name,
+                api_key=args.api_key, timeout=args.timeout, can_force=not args.no_force, version=server.version,
+                args=tuple(server.args), checkpoint_revision=args.checkpoint_revision or _directory_digest(checkpoint),
+            ), _markers(_response_template(checkpoint))  # fmt: skip
+    except ServerStartError as exc:
+        raise _LaunchFailed(f"could not start vLLM: {exc}") from exc
+
+
+def _response_template(checkpoint: Path) -> dict | None:
+    try:
+        config = json.loads((checkpoint / "tokenizer_config.json").read_text("utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise _LaunchFailed(f"{checkpoint}/tokenizer_config.json: cannot read: {exc}") from exc
+    template = config.get("response_template")
+    return template if isinstance(template, dict) else None
+
+
+def _markers(template: dict | None) -> tuple[str, ...]:
+    from conformance.checks import template_markers
+
+    return template_markers(template)
+
+
+def _directory_digest(directory: Path) -> str:
+    """A content revision for a local checkpoint: sha256 over its files' names and bytes."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes())
+    return "sha256:" + digest.hexdigest()[:16]
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

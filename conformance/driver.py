@@ -1,0 +1,177 @@
+"""Driver: send one case in one mode to an OpenAI-compatible server and record a `Transcript`.
+
+Requests go through the async `openai` client (`AsyncOpenAI`) with retries off; streams are read
+through `with_streaming_response`, so the raw SSE lines are recorded as they arrive (a broken
+stream is recorded as far as it got, never "fixed" by the SDK). Whatever goes wrong (refused
+connection, timeout, a connection dropped mid-stream) ends up in the transcript, not as an
+exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from conformance.transcript import ServerStamp, SseLine, Transcript
+
+DEFAULT_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server under test and how to talk to it."""
+
+    base_url: str  # ends in /v1
+    model: str
+    profile: str
+    api_key: str = "EMPTY"
+    timeout: float = DEFAULT_TIMEOUT  # seconds per request, whole stream included
+    can_force: bool = True  # False: forced cases are skipped (the server cannot force outputs)
+    version: str | None = None
+    args: tuple[str, ...] = ()
+    checkpoint_revision: str | None = None
+    extra_headers: Mapping[str, str] = field(default_factory=dict)
+
+    def stamp(self) -> ServerStamp:
+        return ServerStamp(self.base_url, self.model, self.profile, self.version, self.args, self.checkpoint_revision)
+
+
+def make_client(target: Target):
+    from openai import AsyncOpenAI
+
+    return AsyncOpenAI(
+        base_url=target.base_url,
+        api_key=target.api_key,
+        max_retries=0,
+        timeout=target.timeout,
+        default_headers=dict(target.extra_headers),
+    )
+
+
+async def fetch_server_version(target: Target) -> str | None:
+    """vLLM answers GET /version with {"version": "..."}; None when the server has no such route."""
+    import httpx
+
+    root = target.base_url.rstrip("/").removesuffix("/v1")
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+            reply = await http.get(f"{root}/version")
+        return str(reply.json()["version"]) if reply.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _responses_tool_choice(choice: Any) -> Any:
+    if isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping):
+        return {"type": "function", "name": choice["function"].get("name")}
+    return choice
+
+
+def request_body(case: Any, mode: str, model: str, forcing: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The JSON body for one case in one mode: the case's request plus model, stream and forcing.
+    For `endpoint: responses` (whose tools the case loader already flattened), `messages` become
+    `input`, a named tool choice is flattened and `max_tokens` becomes `max_output_tokens`."""
+    body: dict[str, Any] = {"model": model, **json.loads(json.dumps(case.request)), "stream": mode == "stream"}
+    if case.endpoint == "responses":
+        if "messages" in body:
+            body["input"] = body.pop("messages")
+        if "tool_choice" in body:
+            body["tool_choice"] = _responses_tool_choice(body["tool_choice"])
+        if "max_tokens" in body:
+            body["max_output_tokens"] = body.pop("max_tokens")
+    if forcing:
+        body.update(forcing)
+    return body
+
+
+async def _sse_payloads(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The `data:` payload of each SSE event (multi-line data joined with newlines)."""
+    data: list[str] = []
+    async for line in lines:
+        if line == "":
+            if data:
+                yield "\n".join(data)
+            data = []
+        elif line.startswith("data:"):
+            value = line[5:]
+            data.append(value[1:] if value.startswith(" ") else value)
+    if data:  # a last event without its blank line: record it, the checks judge it
+        yield "\n".join(data)
+
+
+def _body_of(raw: bytes | str) -> Any:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _describe(exc: BaseException, timeout: float) -> str:
+    import httpx
+    import openai
+
+    if isinstance(exc, (TimeoutError, openai.APITimeoutError, httpx.TimeoutException)):
+        return f"timeout: no complete response within {timeout:g}s ({type(exc).__name__})"
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc
+        return f"connection failed: {type(cause).__name__}: {cause}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def send(
+    client: Any,
+    target: Target,
+    case: Any,
+    mode: str,
+    *,
+    forcing: Mapping[str, Any] | None,
+    forced: bool = True,
+    repeat: int = 0,
+) -> Transcript:
+    """Send one request and record everything that came back."""
+    import openai
+
+    body = request_body(case, mode, target.model, forcing)
+    transcript = Transcript(
+        case_id=case.id,
+        mode=mode,
+        profile=target.profile,
+        endpoint=case.endpoint,
+        server=target.stamp(),
+        request=body,
+        forced=forced,
+        repeat=repeat,
+        started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+    )
+    resource = client.responses if case.endpoint == "responses" else client.chat.completions
+    first = {"input": body["input"]} if case.endpoint == "responses" else {"messages": body["messages"]}
+    rest = {k: v for k, v in body.items() if k not in ("model", "stream", *first)}
+    start = time.monotonic()
+    try:
+        async with asyncio.timeout(target.timeout):
+            async with resource.with_streaming_response.create(
+                model=body["model"], stream=body["stream"], extra_body=rest, **first
+            ) as response:
+                transcript.status = response.http_response.status_code
+                if mode == "stream":
+                    async for data in _sse_payloads(response.iter_lines()):
+                        transcript.sse.append(SseLine(data, round(time.monotonic() - start, 6)))
+                else:
+                    parsed = _body_of(await response.read())
+                    if isinstance(parsed, dict):
+                        transcript.response = parsed
+                    else:
+                        transcript.transport_error = f"the response is not a JSON object: {str(parsed)[:200]!r}"
+    except openai.APIStatusError as exc:
+        transcript.status = exc.status_code
+        transcript.error_body = _body_of(exc.response.content)
+    except Exception as exc:  # recorded, judged as `error`; the run goes on
+        transcript.transport_error = _describe(exc, target.timeout)
+    transcript.duration = round(time.monotonic() - start, 6)
+    return transcript

@@ -1,0 +1,218 @@
+"""The one engine behind `conformance run`, `conformance recheck` and the pytest plugin.
+
+`run()` sends every case (both modes unless the case says otherwise, `repeat` times) with bounded
+concurrency, appends each transcript to `transcripts.jsonl` as soon as its request finishes, judges
+a case as soon as all its modes are in and appends the results to `results.jsonl`. `recheck()`
+judges a recorded transcripts file again with no server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from conformance.checks import DEFAULT_MARKERS, Check, judge
+from conformance.driver import Target, fetch_server_version, make_client, send
+from conformance.report.stamp import make_stamp
+from conformance.results import RESULTS_FILE, CaseResult, Summary, make_result, summarize
+from conformance.transcript import (
+    MODES,
+    TRANSCRIPTS_FILE,
+    JsonLinesWriter,
+    Transcript,
+    group_by_key,
+)
+
+DEFAULT_CONCURRENCY = 8
+ProgressCallback = Callable[[CaseResult], None]
+
+
+@dataclass
+class RunOutput:
+    results: list[CaseResult]
+    summary: Summary
+    out_dir: Path | None
+    stamp: dict[str, Any]
+
+
+def case_modes(case: Any) -> tuple[str, ...]:
+    wanted = tuple(case.modes or MODES)
+    return tuple(mode for mode in MODES if mode in wanted)  # non-stream first: the stream is judged against it
+
+
+def select_cases(cases: Iterable[Any], ids: Sequence[str] = (), features: Sequence[str] = ()) -> list[Any]:
+    """Cases whose id is in `ids` (if given) and that carry one of `features` (if given)."""
+    cases = list(cases)
+    unknown = sorted(set(ids) - {case.id for case in cases})
+    if unknown:
+        raise ValueError(f"unknown case id(s): {', '.join(unknown)}")
+    return [
+        case
+        for case in cases
+        if (not ids or case.id in ids) and (not features or set(features) & set(case.features or ()))
+    ]
+
+
+def judge_group(case: Any, by_mode: dict[str, Transcript], markers: Sequence[str]) -> list[CaseResult]:
+    """Results for one (case, profile, repeat): each mode judged, the stream against the non-stream."""
+    results = []
+    for mode, transcript in sorted(by_mode.items(), key=lambda item: MODES.index(item[0])):
+        companion = by_mode.get("non-stream") if mode == "stream" else None
+        checks = judge(case, transcript, companion=companion, markers=markers)
+        results.append(make_result(case, mode, transcript.profile, transcript.repeat, transcript.forced, checks))
+    return results
+
+
+def _forcing_for(case: Any, target: Target, natural: bool) -> tuple[dict[str, Any] | None, bool, str | None]:
+    """(extra body fields, forced?, skip reason) for one case."""
+    if natural or case.force is None:
+        if case.natural is None and case.force is not None:
+            return None, False, "case has no natural-mode prompt"
+        return None, False, None
+    if not target.can_force:
+        return None, True, f"server {target.base_url} cannot force outputs"
+    from conformance.forcing import ForcingUnsupported, forcing_extra_body
+
+    try:
+        return forcing_extra_body(case.force), True, None
+    except ForcingUnsupported as exc:
+        return None, True, f"cannot force this output: {exc}"
+
+
+def _skipped(case: Any, target: Target, mode: str, repeat: int, forced: bool, reason: str) -> Transcript:
+    return Transcript(case.id, mode, target.profile, case.endpoint, target.stamp(), {}, forced=forced,
+                      repeat=repeat, skip_reason=reason)
+
+
+class _Progress:
+    """A rich progress bar on a terminal, plain lines otherwise."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), transient=True)
+            self.task = self.bar.add_task("conformance", total=total)
+            self.bar.start()
+
+    def advance(self, result: CaseResult) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=f"{result.name} {result.outcome}")
+        elif self.enabled:
+            print(f"[{self.done}/{self.total}] {result.profile} {result.name}: {result.outcome}"
+                  + (f" ({result.reason[:120]})" if result.reason and result.outcome != "pass" else ""),
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+async def run_async(
+    cases: Sequence[Any],
+    target: Target,
+    out_dir: Path | None,
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    repeat: int = 1,
+    natural: bool = False,
+    markers: Sequence[str] = DEFAULT_MARKERS,
+    progress: bool = False,
+    on_result: ProgressCallback | None = None,
+) -> RunOutput:
+    if target.version is None:
+        target = replace(target, version=await fetch_server_version(target))
+    writers = None
+    if out_dir is not None:
+        writers = (JsonLinesWriter(out_dir / TRANSCRIPTS_FILE), JsonLinesWriter(out_dir / RESULTS_FILE))
+    semaphore = asyncio.Semaphore(max(1, concurrency))
+    client = make_client(target)
+    results: list[CaseResult] = []
+    bar = _Progress(sum(len(case_modes(c)) for c in cases) * repeat, progress)
+
+    async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
+        forcing, forced, skip = _forcing_for(case, target, natural)
+        if skip:
+            transcript = _skipped(case, target, mode, repeat_index, forced, skip)
+        else:
+            async with semaphore:
+                transcript = await send(client, target, case, mode, forcing=forcing, forced=forced,
+                                        repeat=repeat_index)
+        if writers:
+            writers[0].write(transcript.to_dict())
+        return transcript
+
+    async def one_case(case: Any, repeat_index: int) -> None:
+        modes = case_modes(case)
+        transcripts = await asyncio.gather(*(one_request(case, mode, repeat_index) for mode in modes))
+        for result in judge_group(case, dict(zip(modes, transcripts)), markers):
+            results.append(result)
+            if writers:
+                writers[1].write(result.to_dict())
+            bar.advance(result)
+            if on_result:
+                on_result(result)
+
+    try:
+        await asyncio.gather(*(one_case(case, r) for r in range(repeat) for case in cases))
+    finally:
+        bar.close()
+        await client.close()
+        if writers:
+            for writer in writers:
+                writer.close()
+    return RunOutput(results, summarize(results), out_dir, make_stamp(target.stamp().__dict__))
+
+
+def run(cases: Sequence[Any], target: Target, out_dir: Path | None, **options: Any) -> RunOutput:
+    """Synchronous entry point (see `run_async` for the options)."""
+    return asyncio.run(run_async(cases, target, out_dir, **options))
+
+
+def recheck(
+    transcripts: Sequence[Transcript],
+    cases: Sequence[Any],
+    *,
+    markers: Sequence[str] = DEFAULT_MARKERS,
+) -> list[CaseResult]:
+    """Judge recorded transcripts again with the given case definitions; no server involved.
+    A transcript whose case is no longer defined gets an `error` result saying so."""
+    by_id = {case.id: case for case in cases}
+    results: list[CaseResult] = []
+    for (case_id, profile, repeat), by_mode in group_by_key(transcripts).items():
+        case = by_id.get(case_id)
+        if case is None:
+            for mode in by_mode:
+                check = Check("case", "error", reason=f"case {case_id!r} is not in the case set")
+                results.append(CaseResult(case_id, mode, profile, "error", check.reason, repeat, checks=[check]))
+            continue
+        results.extend(judge_group(case, by_mode, markers))
+    return results
+
+
+REPORT_FILES = {"markdown": "report.md", "junit": "junit.xml", "html": "report.html"}
+
+
+def write_reports(out_dir: Path, results: Sequence[CaseResult], stamp: dict[str, Any],
+                  transcripts: Sequence[Transcript] = ()) -> dict[str, Path]:
+    """Render every report of one run into `out_dir` (results.jsonl is written while running);
+    returns {kind: path}."""
+    from conformance.report import html, junit, markdown
+    from conformance.report.jsonl import RUN_FILE, write_run_summary
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {kind: out_dir / name for kind, name in REPORT_FILES.items()}
+    paths["markdown"].write_text(markdown.render(results, stamp), "utf-8")
+    paths["junit"].write_text(junit.render(results, stamp), "utf-8")
+    paths["html"].write_text(html.render(results, stamp, transcripts), "utf-8")
+    paths["run"] = out_dir / RUN_FILE
+    write_run_summary(paths["run"], stamp, summarize(results))
+    return paths

@@ -1,0 +1,77 @@
+"""Markdown report, fit for `$GITHUB_STEP_SUMMARY` (GitHub caps it at 1 MiB; this stays far below by
+capping row counts and cell lengths)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from conformance.results import CaseResult, summarize
+from conformance.report.stamp import stamp_lines
+
+MAX_ROWS = 150
+MAX_CELL = 300
+MAX_BYTES = 256 * 1024
+ICONS = {"pass": "✅", "fail": "❌", "skip": "⏭️", "error": "💥"}
+
+
+def _cell(value: Any) -> str:
+    text = str(value).replace("\n", "\\n").replace("|", "\\|")
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows[:MAX_ROWS]]
+    if len(rows) > MAX_ROWS:
+        lines.append(f"\n_{len(rows) - MAX_ROWS} more rows not shown; see results.jsonl._")
+    return lines
+
+
+def render(results: Sequence[CaseResult], stamp: Mapping[str, Any]) -> str:
+    summary = summarize(results)
+    lines = [f"# {ICONS['fail' if summary.exit_outcome == 'fail' else summary.exit_outcome]} Conformance run", ""]
+    lines += _table(["", ""], stamp_lines(stamp)) + ["", f"**{summary.line()}**", ""]
+
+    profiles = sorted({r.profile for r in results})
+    rows = []
+    for profile in profiles:
+        s = summarize(r for r in results if r.profile == profile)
+        rows.append([profile, *(s.counts[o] for o in ("pass", "fail", "skip", "error")), s.model_misses])
+    lines += ["## Outcomes by profile", ""] + _table(["profile", "pass", "fail", "skip", "error", "model miss"], rows)
+
+    bad = [r for r in results if r.outcome in ("fail", "error")]
+    if bad:
+        lines += ["", "## Failures and errors", ""]
+        lines += _table(
+            ["", "case", "profile", "check", "expected", "actual", "reason"],
+            [
+                [ICONS[r.outcome], r.name, r.profile, c.name, c.expected if c.expected is not None else "",
+                 c.actual if c.actual is not None else "", c.reason]
+                for r in bad
+                for c in (r.failed_checks() or [None])
+                if c is not None
+            ],
+        )  # fmt: skip
+
+    lines += ["", "## Findings (client-visible facts, not failures)", ""]
+    findings: Counter[tuple[str, str, str]] = Counter()
+    for r in results:
+        for c in r.checks:
+            if c.kind in ("finding", "schema") and c.outcome != "skip":
+                value = c.actual if c.kind == "finding" and c.actual is not None else c.outcome
+                findings[(r.profile, c.name, str(value))] += 1
+    lines += _table(["profile", "finding", "value", "results"], [[*key, n] for key, n in sorted(findings.items())])
+    notable = [(r, c) for r in results for c in r.checks if c.kind in ("finding", "schema") and c.outcome == "fail"]
+    if notable:
+        lines += ["", "### Where findings fail", ""]
+        lines += _table(["case", "profile", "finding", "reason"], [[r.name, r.profile, c.name, c.reason] for r, c in notable])
+
+    skipped = [r for r in results if r.outcome == "skip"]
+    if skipped:
+        lines += ["", "## Skipped", ""] + _table(["case", "profile", "reason"], [[r.name, r.profile, r.reason] for r in skipped])
+    text = "\n".join(lines) + "\n"
+    if len(text.encode()) > MAX_BYTES:
+        text = text.encode()[: MAX_BYTES - 200].decode("utf-8", "ignore") + "\n\n_Report truncated; see results.jsonl._\n"
+    return text

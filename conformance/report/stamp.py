@@ -1,0 +1,38 @@
+"""The stamp every report carries: server version, model, checkpoint revision, profile, suite version, time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+STAMP_FIELDS = (
+    ("suite_version", "suite version"),
+    ("profile", "profile"),
+    ("server_version", "server version"),
+    ("model", "model"),
+    ("checkpoint_revision", "checkpoint revision"),
+    ("base_url", "server"),
+    ("time", "time"),
+)
+
+
+def make_stamp(server: Mapping[str, Any]) -> dict[str, Any]:
+    """A report stamp from a `ServerStamp` (as a dict) or anything with the same keys."""
+    from conformance import __version__
+
+    return {
+        "suite_version": __version__,
+        "profile": server.get("profile"),
+        "server_version": server.get("version"),
+        "model": server.get("model"),
+        "checkpoint_revision": server.get("checkpoint_revision"),
+        "base_url": server.get("base_url"),
+        "server_args": list(server.get("args") or ()),
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def stamp_lines(stamp: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) pairs for display; unknown values shown as `unknown`."""
+    return [(label, str(stamp.get(key) or "unknown")) for key, label in STAMP_FIELDS]

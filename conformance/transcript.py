@@ -1,0 +1,139 @@
+"""Transcripts: everything needed to judge one request offline, stored as JSON lines.
+
+One transcript per line of `transcripts.jsonl`, written and flushed as soon as its request finishes,
+so a crash loses nothing already received. A transcript holds the exact request body, the HTTP
+status, the error body, every raw SSE `data:` line with its arrival time, the non-streaming response
+JSON, transport errors, and a stamp of the server it came from. Checks (`conformance.checks`) read
+transcripts only, which is what makes `conformance recheck` and a future two-run diff possible.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+MODES = ("non-stream", "stream")
+TRANSCRIPTS_FILE = "transcripts.jsonl"
+
+
+@dataclass(frozen=True)
+class ServerStamp:
+    """What was tested: enough to tell two runs apart in a report or a diff."""
+
+    base_url: str
+    model: str
+    profile: str
+    version: str | None = None
+    args: tuple[str, ...] = ()
+    checkpoint_revision: str | None = None
+
+
+@dataclass(frozen=True)
+class SseLine:
+    """One raw SSE `data:` payload (without the `data: ` prefix) and its arrival time in seconds
+    since the request started."""
+
+    data: str
+    t: float
+
+
+@dataclass
+class Transcript:
+    case_id: str
+    mode: str  # one of MODES
+    profile: str
+    endpoint: str  # "chat" | "responses"
+    server: ServerStamp
+    request: dict[str, Any]  # the JSON body as sent (model and stream included)
+    forced: bool = True
+    repeat: int = 0
+    started_at: str = ""  # ISO 8601, UTC
+    duration: float = 0.0  # seconds until the last byte or the error
+    status: int | None = None  # HTTP status; None when no response arrived
+    error_body: Any = None  # parsed JSON (or text) of a non-2xx response
+    sse: list[SseLine] = field(default_factory=list)  # streaming only
+    response: dict[str, Any] | None = None  # non-streaming JSON body
+    transport_error: str | None = None  # connection refused, timeout, broken stream...
+    skip_reason: str | None = None  # the request was not sent (e.g. the server cannot force outputs)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """Identifies the (case, profile, repeat) group whose modes are judged together."""
+        return (self.case_id, self.profile, self.repeat)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Transcript:
+        data = dict(data)
+        server = dict(data.pop("server"))
+        server["args"] = tuple(server.get("args") or ())
+        sse = [SseLine(**line) for line in data.pop("sse", [])]
+        return cls(server=ServerStamp(**server), sse=sse, **data)
+
+
+class TranscriptError(ValueError):
+    """A transcripts file that cannot be read; the message names the file and line."""
+
+
+class JsonLinesWriter:
+    """Appends one JSON object per line and flushes it at once (a crash loses nothing written)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file: IO[str] = path.open("a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> JsonLinesWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, object) for every non-blank line; a bad line raises TranscriptError."""
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as exc:
+        raise TranscriptError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TranscriptError(f"{path}:{number}: not valid JSON: {exc.msg}") from exc
+            if not isinstance(record, dict):
+                raise TranscriptError(f"{path}:{number}: expected a JSON object per line")
+            yield number, record
+
+
+def read_transcripts(path: Path) -> list[Transcript]:
+    transcripts = []
+    for number, record in iter_json_lines(path):
+        try:
+            transcripts.append(Transcript.from_dict(record))
+        except (TypeError, KeyError) as exc:
+            raise TranscriptError(f"{path}:{number}: not a transcript: {exc}") from exc
+    return transcripts
+
+
+def group_by_key(transcripts: Iterable[Transcript]) -> dict[tuple[str, str, int], dict[str, Transcript]]:
+    """{(case id, profile, repeat): {mode: transcript}}, in first-seen order."""
+    groups: dict[tuple[str, str, int], dict[str, Transcript]] = {}
+    for transcript in transcripts:
+        groups.setdefault(transcript.key, {})[transcript.mode] = transcript
+    return groups
