@@ -19,12 +19,13 @@ from typing import Any, Literal
 
 import yaml
 
+from conformance.server import PROFILES
+
 Mode = Literal["non-stream", "stream"]
 Endpoint = Literal["chat", "responses"]
 Severity = Literal["error", "warning"]
 
 MODES: tuple[Mode, ...] = ("non-stream", "stream")
-KNOWN_PROFILES: tuple[str, ...] = ("hf", "legacy")
 DEFAULT_CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
 FEATURES_FILE = "features.txt"
 SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "case.schema.json"
@@ -169,6 +170,7 @@ class SuiteCheck:
     """Outcome of checking a suite directory: the cases that loaded and every issue found."""
 
     directory: Path
+    files: list[Path] = field(default_factory=list)
     cases: list[Case] = field(default_factory=list)
     issues: list[Issue] = field(default_factory=list)
 
@@ -205,7 +207,7 @@ def check_suite(directory: Path | None = None) -> SuiteCheck:
         return check
     features, feature_issues = _load_features(directory)
     check.issues.extend(feature_issues)
-    files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    files = check.files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
     if not files:
         check.issues.append(Issue(directory, "no case files (*.yaml) in this directory"))
     seen_ids: dict[str, Issue] = {}
@@ -353,9 +355,9 @@ def _semantic_issues(
     endpoint = raw.get("endpoint", "chat")
     allowed = CHAT_FINISH_REASONS if endpoint == "chat" else RESPONSES_STATUSES
     for profile, expectation in raw["expect"].items():
-        if profile not in KNOWN_PROFILES:
+        if profile not in PROFILES:
             yield locator.issue([*at, "expect", profile], f"expectation for unknown profile {profile!r} "
-                                f"(known: {', '.join(KNOWN_PROFILES)})", severity="warning")
+                                f"(known: {', '.join(PROFILES)})", severity="warning")
         for path, value in (
             (["finish_reason"], expectation.get("finish_reason")),
             (["stream", "finish_reason"], (expectation.get("stream") or {}).get("finish_reason")),
