@@ -24,8 +24,10 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 VARIANTS: tuple[str, ...] = ("full", "no-template", "thinking-only", "tools-only", "reasoning-content")
 
@@ -222,6 +224,8 @@ def _save_tokenizer(tokenizer, directory: Path, response_template: dict | None) 
 def _token_byte_lengths(tokenizer) -> np.ndarray:
     """Length in bytes of every token's text, indexed by token id (a byte-level BPE token is
     spelled with one character per byte; added tokens are plain text)."""
+    import numpy as np
+
     added = {token.content for token in tokenizer.get_added_tokens_decoder().values()}
     vocab = tokenizer.get_vocab(with_added_tokens=True)
     lengths = np.zeros(len(vocab), dtype=np.float32)
@@ -256,6 +260,7 @@ def _model_config(tokenizer, vocab_size: int) -> dict:
 
 
 def _save_weights(path: Path, token_lengths: np.ndarray) -> None:
+    import numpy as np
     from safetensors.numpy import save_file
 
     rng = np.random.default_rng(SEED)

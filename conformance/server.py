@@ -132,6 +132,97 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class ServerProcess:
+    """A started server process that may not be healthy yet (see `start`)."""
+
+    def __init__(self, profile: Profile, command: list[str], root_url: str, log_path: Path) -> None:
+        self.profile = profile
+        self.command = command
+        self.root_url = root_url
+        self.log_path = log_path
+        self.started = time.monotonic()
+        with open(log_path, "wb") as log_file:
+            self.process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **SERVER_ENV},
+                start_new_session=True,  # its own process group: Ctrl-C reaches only us, and we stop the group
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_until_healthy(self, timeout: float = 300) -> Server:
+        """Block until /health answers; raise ServerStartError (with the server's error line) if it
+        exits first or `timeout` seconds pass. Does not stop the process: call `stop`."""
+        deadline = self.started + timeout
+        while True:
+            returncode = self.process.poll()
+            if returncode is not None:
+                server_error = find_server_error(_read_text(self.log_path))
+                raise ServerStartError(
+                    f"the {self.profile.name} server exited with code {returncode} during start-up: "
+                    f"{server_error or 'no error line in its log'} (log: {self.log_path})",
+                    server_error=server_error,
+                    log_path=self.log_path,
+                )
+            if _is_healthy(self.root_url):
+                break
+            if time.monotonic() > deadline:
+                server_error = find_server_error(_read_text(self.log_path))
+                detail = f"; last error line: {server_error}" if server_error else ""
+                raise ServerStartError(
+                    f"the {self.profile.name} server was not healthy after {timeout:g} s{detail} (log: {self.log_path})",
+                    server_error=server_error,
+                    log_path=self.log_path,
+                )
+            time.sleep(POLL_SECONDS)
+        return Server(
+            profile=self.profile,
+            base_url=self.root_url + "/v1",
+            model=_served_model(self.root_url) or self.command[self.command.index("--model") + 1],
+            version=_get_json(self.root_url + "/version").get("version", "unknown"),
+            args=self.command[1:],
+            log_path=self.log_path,
+            pid=self.process.pid,
+            startup_seconds=time.monotonic() - self.started,
+            process=self.process,
+        )
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Stop the whole process tree (idempotent)."""
+        stop_process_tree(self.process, grace)
+
+
+def start(
+    profile: Profile | str,
+    model: str | Path,
+    *,
+    port: int | None = None,
+    extra_args: Sequence[str] = (),
+    log_dir: Path | None = None,
+    python: str | Path | None = None,
+) -> ServerProcess:
+    """Start a server without waiting (several can start at once). The caller must `stop` it.
+
+    `python` is the interpreter that has vLLM installed (default: this one). The log goes to
+    `log_dir/vllm-<profile>-<port>.log` (default: a fresh temporary directory).
+    """
+    profile = resolve_profile(profile)
+    port = port or free_port()
+    log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="conformance-serve-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return ServerProcess(
+        profile,
+        server_command(profile, model, port, extra_args, python),
+        root_url=f"http://127.0.0.1:{port}",
+        log_path=log_dir / f"vllm-{profile.name}-{port}.log",
+    )
+
+
 @contextlib.contextmanager
 def launch(
     profile: Profile | str,
@@ -143,68 +234,13 @@ def launch(
     timeout: float = 300,
     python: str | Path | None = None,
 ) -> Iterator[Server]:
-    """Start a server, wait until healthy, yield it, and stop its whole process tree afterwards.
-
-    `python` is the interpreter that has vLLM installed (default: this one). The log goes to
-    `log_dir/vllm-<profile>-<port>.log` (default: a fresh temporary directory).
-    """
-    profile = resolve_profile(profile)
-    port = port or free_port()
-    log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="conformance-serve-"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"vllm-{profile.name}-{port}.log"
-    command = server_command(profile, model, port, extra_args, python)
-    root_url = f"http://127.0.0.1:{port}"
-    started = time.monotonic()
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **SERVER_ENV},
-            start_new_session=True,  # its own process group: Ctrl-C reaches us, and we stop the group
-        )
+    """Start a server, wait until healthy, yield it, and stop its whole process tree afterwards
+    (also on an exception or Ctrl-C in the block). Arguments as for `start`."""
+    server_process = start(profile, model, port=port, extra_args=extra_args, log_dir=log_dir, python=python)
     try:
-        _wait_healthy(process, root_url, timeout, log_path)
-        yield Server(
-            profile=profile,
-            base_url=root_url + "/v1",
-            model=_served_model(root_url) or str(model),
-            version=_get_json(root_url + "/version").get("version", "unknown"),
-            args=command[1:],
-            log_path=log_path,
-            pid=process.pid,
-            startup_seconds=time.monotonic() - started,
-            process=process,
-        )
+        yield server_process.wait_until_healthy(timeout)
     finally:
-        stop_process_tree(process)
-
-
-def _wait_healthy(process: subprocess.Popen, root_url: str, timeout: float, log_path: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        returncode = process.poll()
-        if returncode is not None:
-            server_error = find_server_error(_read_text(log_path))
-            raise ServerStartError(
-                f"the server exited with code {returncode} during start-up: {server_error or 'no error line'}"
-                f" (log: {log_path})",
-                server_error=server_error,
-                log_path=log_path,
-            )
-        if _is_healthy(root_url):
-            return
-        if time.monotonic() > deadline:
-            server_error = find_server_error(_read_text(log_path))
-            detail = f"; last error line: {server_error}" if server_error else ""
-            raise ServerStartError(
-                f"the server was not healthy after {timeout:g} s{detail} (log: {log_path})",
-                server_error=server_error,
-                log_path=log_path,
-            )
-        time.sleep(POLL_SECONDS)
+        server_process.stop()
 
 
 def _is_healthy(root_url: str) -> bool:

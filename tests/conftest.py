@@ -2,16 +2,18 @@
 
 - `tiny_checkpoint`: path of the `full` fixture checkpoint (built once per session).
 - `hf_server`, `legacy_server`: real vLLM 0.32 servers (`conformance.server.Server`: `.base_url`
-  ending in /v1, `.model`, `.profile`, `.version`, `.log_path`, `.pid`, `.startup_seconds`) serving
-  the tiny checkpoint. Each starts on first use, both can run at once, and they stop at session end.
+  ending in /v1, `.root_url`, `.model`, `.profile`, `.version`, `.args`, `.log_path`, `.pid`,
+  `.startup_seconds`) serving the tiny checkpoint. Nothing starts until a test asks for a server;
+  then every profile that some selected test needs starts at once (both start together, which
+  halves the wait on 2 cores), and all stop at session end, which fails loudly if a process of
+  theirs is still alive.
 
-Tests using either server fixture are marked `vllm` automatically, so `pytest -m "not vllm"` runs
-the fast tier alone. The terminal summary lists each server's measured start-up time.
+Tests using a server fixture are marked `vllm` automatically, so `pytest -m "not vllm"` runs the
+fast tier alone. The terminal summary lists each server's measured start-up time.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,16 +21,20 @@ from pathlib import Path
 import pytest
 
 from conformance.fixture import build_fixture
-from conformance.server import Server, launch
+from conformance.server import Server, ServerProcess, descendant_pids, pid_alive, start
 
-SERVER_FIXTURES = ("hf_server", "legacy_server")
+SERVER_FIXTURES = {"hf_server": "hf", "legacy_server": "legacy"}
+_profiles_needed: set[str] = set()
 _started_servers: list[Server] = []
 
 
+@pytest.hookimpl(trylast=True)  # after -m/-k deselection, so only selected tests count
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if any(name in getattr(item, "fixturenames", ()) for name in SERVER_FIXTURES):
+        profiles = {SERVER_FIXTURES[name] for name in getattr(item, "fixturenames", ()) if name in SERVER_FIXTURES}
+        if profiles:
             item.add_marker(pytest.mark.vllm)
+            _profiles_needed.update(profiles)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -41,32 +47,53 @@ def pytest_terminal_summary(terminalreporter) -> None:
             )
 
 
+class ServerPool:
+    """Starts every needed profile on the first request, hands out healthy servers, stops them all."""
+
+    def __init__(self, model: Path, log_dir: Path, profiles: set[str]) -> None:
+        self.model = model
+        self.log_dir = log_dir
+        self.profiles = profiles
+        self.processes: dict[str, ServerProcess] = {}
+        self.pids: set[int] = set()
+
+    def get(self, profile: str) -> Server:
+        if importlib.util.find_spec("vllm") is None:
+            pytest.fail("vLLM is not installed: run scripts/bootstrap, or deselect this tier with -m 'not vllm'")
+        for name in sorted(self.profiles | {profile}):
+            if name not in self.processes:
+                self.processes[name] = start(name, self.model, log_dir=self.log_dir)
+        server = self.processes[profile].wait_until_healthy()
+        self.pids |= {server.pid, *descendant_pids(server.pid)}
+        _started_servers.append(server)
+        return server
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            process.stop()
+        left = sorted(pid for pid in self.pids if pid_alive(pid))
+        assert not left, f"server processes still alive after stopping: {left}"
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_fixture(tmp_path_factory.mktemp("tiny-checkpoint") / "full")
 
 
 @pytest.fixture(scope="session")
-def vllm_log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("vllm-logs")
-
-
-@contextlib.contextmanager
-def _session_server(profile: str, model: Path, log_dir: Path) -> Iterator[Server]:
-    if importlib.util.find_spec("vllm") is None:
-        pytest.fail("vLLM is not installed: run scripts/bootstrap, or deselect this tier with -m 'not vllm'")
-    with launch(profile, model, log_dir=log_dir) as server:
-        _started_servers.append(server)
-        yield server
+def server_pool(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
+    pool = ServerPool(tiny_checkpoint, tmp_path_factory.mktemp("vllm-logs"), _profiles_needed)
+    try:
+        yield pool
+    finally:
+        pool.close()
 
 
 @pytest.fixture(scope="session")
-def hf_server(tiny_checkpoint: Path, vllm_log_dir: Path) -> Iterator[Server]:
-    with _session_server("hf", tiny_checkpoint, vllm_log_dir) as server:
-        yield server
+def hf_server(server_pool: ServerPool) -> Server:
+    return server_pool.get("hf")
 
 
 @pytest.fixture(scope="session")
-def legacy_server(tiny_checkpoint: Path, vllm_log_dir: Path) -> Iterator[Server]:
-    with _session_server("legacy", tiny_checkpoint, vllm_log_dir) as server:
-        yield server
+def legacy_server(server_pool: ServerPool) -> Server:
+    return server_pool.get("legacy")

@@ -40,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo id")
     parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--log-dir", type=Path, help="where the server log goes (default: a temporary directory)")
+    parser.add_argument(
+        "--python", type=Path, help="interpreter that has vLLM installed (default: the one running this command)"
+    )
     parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for /health (default: 300)")
     parser.add_argument("extra_args", nargs="*", metavar="EXTRA", help="after `--`: extra server arguments")
     parser.set_defaults(func=run)
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with launch(
             args.profile, args.model, port=args.port, extra_args=args.extra_args, log_dir=args.log_dir,
-            timeout=args.timeout,
+            timeout=args.timeout, python=args.python,
         ) as server:  # fmt: skip
             print(f"vLLM {server.version} ({server.profile.name} profile) healthy after {server.startup_seconds:.1f} s")
             print(f"base_url: {server.base_url}")

@@ -1,0 +1,344 @@
+"""The launcher: fast tests drive it with fake `python` interpreters (our own error handling);
+`vllm`-marked tests run real vLLM 0.32 and pin what the facts documents say it does."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conformance import exit_codes
+from conformance.fixture import VARIANTS, build_fixture
+from conformance.forcing import forcing_extra_body, token_ids_of, token_ids_of_stream, verify_forced_output
+from conformance.server import (
+    COMMON_SERVER_ARGS,
+    PROFILES,
+    Profile,
+    ServerStartError,
+    descendant_pids,
+    find_server_error,
+    launch,
+    pid_alive,
+    resolve_profile,
+    start,
+)
+from server_helpers import WEATHER_TOOL, chat, chat_stream
+
+# A stand-in for `python -m vllm.entrypoints.openai.api_server ...`, steered by FAKE_VLLM_MODE:
+#   error   print a log like vLLM's and exit 1
+#   hang    start a child, never become healthy
+#   serve   start a child, answer /health, /version and /v1/models on --port
+#   stubborn  like serve, but ignore SIGTERM (the launcher must SIGKILL)
+# Every process it starts appends its pid to FAKE_VLLM_PIDS.
+FAKE_VLLM = textwrap.dedent(
+    """\
+    import http.server, json, os, signal, subprocess, sys, time
+    mode = os.environ["FAKE_VLLM_MODE"]
+    def record(pid):
+        with open(os.environ["FAKE_VLLM_PIDS"], "a") as f:
+            f.write(f"{pid}\\n")
+    record(os.getpid())
+    if mode == "error":
+        print("(APIServer pid=1) INFO 11-30 20:00:00 [utils.py:1] vLLM API server version 0.32.0")
+        print("Traceback (most recent call last):")
+        print('  File "serving.py", line 3, in <module>')
+        print("(APIServer pid=1) TypeError: --tool-call-parser hf requires a response_template with a tool_calls field")
+        sys.exit(1)
+    if mode == "stubborn":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN) "
+                              "if %r == 'stubborn' else None; time.sleep(600)" % mode])
+    record(child.pid)
+    if mode == "hang":
+        time.sleep(600)
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    routes = {"/health": b"", "/version": json.dumps({"version": "0.32.0-fake"}).encode(),
+              "/v1/models": json.dumps({"data": [{"id": "fake-model"}]}).encode()}
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = routes.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.end_headers()
+            self.wfile.write(body or b"")
+        def log_message(self, *args):
+            pass
+    http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    """
+)
+
+
+@pytest.fixture
+def fake_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Returns (path of a fake interpreter, function giving the pids it started) for a mode."""
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(FAKE_VLLM)
+    interpreter = tmp_path / "python"
+    interpreter.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n')
+    interpreter.chmod(0o755)
+    pid_file = tmp_path / "pids"
+    monkeypatch.setenv("FAKE_VLLM_PIDS", str(pid_file))
+
+    def configure(mode: str) -> tuple[Path, callable]:
+        monkeypatch.setenv("FAKE_VLLM_MODE", mode)
+        return interpreter, lambda: [int(line) for line in pid_file.read_text().split()]
+
+    return configure
+
+
+def wait_for_pids(pids, count: int) -> list[int]:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            found = pids()
+        except FileNotFoundError:
+            found = []
+        if len(found) >= count:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"the fake server did not start {count} processes")
+
+
+def assert_all_gone(pids: list[int]) -> None:
+    assert [pid for pid in pids if pid_alive(pid)] == []
+
+
+# -- fast tier ------------------------------------------------------------------------------------
+
+
+def test_a_server_that_exits_raises_with_its_own_error_line(fake_python, tmp_path: Path) -> None:
+    python, pids = fake_python("error")
+    with pytest.raises(ServerStartError) as raised:
+        with launch("hf", "some/model", python=python, log_dir=tmp_path / "logs", timeout=30):
+            pytest.fail("the block must not run")
+    error = raised.value
+    assert error.server_error == "TypeError: --tool-call-parser hf requires a response_template with a tool_calls field"
+    assert error.server_error in str(error)
+    assert "exited with code 1" in str(error)
+    assert error.log_path.parent == tmp_path / "logs" and "vLLM API server version" in error.log_path.read_text()
+    assert_all_gone(pids())
+
+
+def test_a_server_that_never_gets_healthy_times_out_and_its_tree_is_killed(fake_python) -> None:
+    python, pids = fake_python("hang")
+    started = time.monotonic()
+    with pytest.raises(ServerStartError, match=r"not healthy after 3 s") as raised:
+        with launch("legacy", "some/model", python=python, timeout=3):
+            pytest.fail("the block must not run")
+    assert time.monotonic() - started < 25
+    assert raised.value.server_error is None
+    found = wait_for_pids(pids, 2)
+    assert_all_gone(found)
+
+
+def test_a_healthy_server_is_described_and_its_whole_tree_stopped(fake_python) -> None:
+    python, pids = fake_python("serve")
+    with launch("hf", "some/model", python=python, extra_args=["--seed", "7"], timeout=30) as server:
+        found = wait_for_pids(pids, 2)
+        assert set(found) <= {server.pid, *descendant_pids(server.pid)}
+        assert all(pid_alive(pid) for pid in found)
+        assert server.profile is PROFILES["hf"]
+        assert server.base_url.startswith("http://127.0.0.1:") and server.base_url.endswith("/v1")
+        assert server.version == "0.32.0-fake"
+        assert server.model == "fake-model"
+        assert server.args[:2] == ["-m", "vllm.entrypoints.openai.api_server"]
+        assert server.args[-2:] == ["--seed", "7"]
+        for flags in (PROFILES["hf"].server_args, COMMON_SERVER_ARGS):
+            assert " ".join(flags) in " ".join(server.args)
+        assert server.startup_seconds > 0
+    assert_all_gone(found)
+
+
+@pytest.mark.parametrize("interruption", [RuntimeError, KeyboardInterrupt])
+def test_an_interrupted_block_still_stops_the_tree(fake_python, interruption: type[BaseException]) -> None:
+    python, pids = fake_python("serve")
+    with pytest.raises(interruption):
+        with launch("hf", "some/model", python=python, timeout=30):
+            found = wait_for_pids(pids, 2)
+            raise interruption()
+    assert_all_gone(found)
+
+
+def test_processes_that_ignore_sigterm_are_killed(fake_python) -> None:
+    python, pids = fake_python("stubborn")
+    server_process = start("hf", "some/model", python=python)
+    try:
+        server_process.wait_until_healthy(30)
+        found = wait_for_pids(pids, 2)
+    finally:
+        server_process.stop(grace=1)
+    assert_all_gone(found)
+
+
+def test_serve_command_reports_the_server_error_line(fake_python, tmp_path: Path) -> None:
+    python, _ = fake_python("error")
+    result = subprocess.run(
+        [sys.executable, "-m", "conformance", "serve", "--profile", "hf", "--model", "m", "--python", str(python),
+         "--log-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == exit_codes.ERROR
+    assert "--tool-call-parser hf requires a response_template with a tool_calls field" in result.stderr
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_serve_command_stops_the_tree_on_ctrl_c_or_sigterm(fake_python, stop_signal: int) -> None:
+    python, pids = fake_python("serve")
+    command = subprocess.Popen(
+        [sys.executable, "-m", "conformance", "serve", "--profile", "legacy", "--model", "m", "--python", str(python),
+         "--", "--seed", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        printed = [command.stdout.readline() for _ in range(5)]  # healthy, base_url, model, log, press Ctrl-C
+        assert "press Ctrl-C" in printed[-1], printed + [command.stderr.read()]
+        found = wait_for_pids(pids, 2)
+        command.send_signal(stop_signal)
+        command.communicate(timeout=60)
+    finally:
+        if command.poll() is None:
+            command.kill()
+    assert command.returncode == exit_codes.OK
+    assert "base_url: http://127.0.0.1:" in printed[1] and printed[2] == "model: fake-model\n"
+    assert_all_gone(found)
+
+
+def test_unknown_profile_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="unknown profile 'nope'; choose one of: hf, legacy"):
+        resolve_profile("nope")
+
+
+# Log excerpts from real vLLM 0.32.0 start-up failures on these machines.
+PYDANTIC_LOG = """\
+(APIServer pid=6533) WARNING 11-30 20:15:04 [system_utils.py:255] Found ulimit of 20000 and failed to automatically increase with error current limit exceeds maximum limit. This can cause fd limit errors like `OSError: [Errno 24] Too many open files`. Consider increasing with ulimit -n
+pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig
+  Value error, The hf parser requires `response_template` metadata in the tokenizer configuration [type=value_error, input_value=ArgsKwargs((), {'model_co... 'shutdown_timeout': 0}), input_type=ArgsKwargs]
+    For further information visit https://errors.pydantic.dev/2.14/v/value_error
+"""
+ENGINE_LOG = """\
+(EngineCore_DP0 pid=77) ERROR 11-30 20:00:00 [core.py:1] EngineCore failed to start.
+(EngineCore_DP0 pid=77) RuntimeError: Unsupported CPU attention configuration: head_dim=16 isa=2 kv_cache_idx=0
+(APIServer pid=70) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+"""
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        (PYDANTIC_LOG, "The hf parser requires `response_template` metadata in the tokenizer configuration"),
+        (ENGINE_LOG, "RuntimeError: Unsupported CPU attention configuration: head_dim=16 isa=2 kv_cache_idx=0"),
+        ("INFO all good\n", None),
+    ],
+)
+def test_find_server_error_picks_the_telling_line(log: str, expected: str | None) -> None:
+    assert find_server_error(log) == expected
+
+
+# -- real vLLM ------------------------------------------------------------------------------------
+
+FORCED_REASONING_AND_CALL = (
+    '<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    "\n</tool_call>"
+)
+
+
+def forced_weather_request(server) -> dict:
+    return {
+        "model": server.model,
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": [WEATHER_TOOL],
+        "temperature": 0,
+        **forcing_extra_body(FORCED_REASONING_AND_CALL),
+    }
+
+
+@pytest.mark.vllm
+def test_both_profiles_run_at_once_and_report_version_and_flags(hf_server, legacy_server) -> None:
+    assert hf_server.pid != legacy_server.pid and pid_alive(hf_server.pid) and pid_alive(legacy_server.pid)
+    for server in (hf_server, legacy_server):
+        assert server.version == "0.32.0"
+        assert " ".join(server.profile.server_args) in " ".join(server.args)
+        assert '--structured-outputs-config {"enable_in_reasoning": true}' in " ".join(server.args)
+        print(f"{server.profile.name}: healthy after {server.startup_seconds:.1f} s")
+
+
+@pytest.mark.vllm
+def test_hf_parses_forced_reasoning_and_one_whole_tool_call_delta(hf_server) -> None:
+    request = forced_weather_request(hf_server)
+    response = chat(hf_server, request)
+    message = response["choices"][0]["message"]
+    assert message["reasoning"] == "\nThe user wants weather.\n"
+    assert [(call["function"]["name"], json.loads(call["function"]["arguments"])) for call in message["tool_calls"]] == [
+        ("get_weather", {"city": "Paris"})
+    ]
+    assert response["choices"][0]["finish_reason"] == "tool_calls"
+    assert verify_forced_output(hf_server.root_url, hf_server.model, FORCED_REASONING_AND_CALL, token_ids_of(response)) == []
+
+    chunks = chat_stream(hf_server, request)
+    deltas = [chunk["choices"][0]["delta"] for chunk in chunks if chunk.get("choices")]
+    assert "".join(delta.get("reasoning") or "" for delta in deltas) == "\nThe user wants weather.\n"
+    call_deltas = [call for delta in deltas for call in delta.get("tool_calls") or []]
+    assert len(call_deltas) == 1
+    (call,) = call_deltas
+    assert call["index"] == 0 and call["type"] == "function" and call["id"].startswith("chatcmpl-tool-")
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    assert [chunk["choices"][0].get("finish_reason") for chunk in chunks if chunk.get("choices")][-1] == "tool_calls"
+    assert verify_forced_output(hf_server.root_url, hf_server.model, FORCED_REASONING_AND_CALL, token_ids_of_stream(chunks)) == []
+
+
+@pytest.mark.vllm
+def test_legacy_streams_the_name_first_then_argument_fragments(legacy_server) -> None:
+    request = forced_weather_request(legacy_server)
+    response = chat(legacy_server, request)
+    message = response["choices"][0]["message"]
+    assert message["reasoning"] == "\nThe user wants weather.\n"  # canonical </think>: nothing leaks into reasoning
+    assert [json.loads(call["function"]["arguments"]) for call in message["tool_calls"]] == [{"city": "Paris"}]
+    assert verify_forced_output(legacy_server.root_url, legacy_server.model, FORCED_REASONING_AND_CALL, token_ids_of(response)) == []
+
+    chunks = chat_stream(legacy_server, request)
+    deltas = [chunk["choices"][0]["delta"] for chunk in chunks if chunk.get("choices")]
+    assert "".join(delta.get("reasoning") or "" for delta in deltas) == "\nThe user wants weather.\n"
+    call_deltas = [call for delta in deltas for call in delta.get("tool_calls") or []]
+    first, *rest = call_deltas
+    assert first["function"]["name"] == "get_weather" and not first["function"].get("arguments")
+    assert len(rest) > 1 and all("name" not in call["function"] for call in rest)
+    assert json.loads("".join(call["function"]["arguments"] for call in rest)) == {"city": "Paris"}
+    assert verify_forced_output(legacy_server.root_url, legacy_server.model, FORCED_REASONING_AND_CALL, token_ids_of_stream(chunks)) == []
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(
+    ("variant", "configuration"),
+    # Every variant with the hf profile's flags, plus the single flag each partial template satisfies.
+    [(variant, "both") for variant in VARIANTS if variant != "full"]
+    + [("thinking-only", "reasoning_parser_hf"), ("tools-only", "tool_call_parser_hf")],
+)
+def test_the_audit_predicts_what_the_real_server_does(variant: str, configuration: str, tmp_path: Path) -> None:
+    from conformance.template import CONFIGURATIONS, predict_vllm_startup
+
+    model = build_fixture(tmp_path / variant, variant)
+    predicted = predict_vllm_startup(json.loads((model / "tokenizer_config.json").read_text()))[configuration]
+    profile = Profile(configuration, tuple(CONFIGURATIONS[configuration].split()), f"hf flags: {configuration}")
+    server_pids: list[int] = []
+    try:
+        with launch(profile, model, log_dir=tmp_path) as server:
+            server_pids = [server.pid, *descendant_pids(server.pid)]
+            outcome = ("starts", None)
+    except ServerStartError as error:
+        outcome = ("fails", error.server_error)
+    print(f"{variant} with {configuration}: {outcome}")
+    if predicted.starts:
+        assert outcome == ("starts", None)
+        assert len(server_pids) > 1  # the API server and its engine core ...
+        assert_all_gone(server_pids)  # ... are all gone after the block
+    else:
+        assert outcome[0] == "fails"
+        assert predicted.error and predicted.error in (outcome[1] or ""), (predicted.error, outcome[1])
+
