@@ -1,0 +1,205 @@
+"""Shared test data for the audit: the real checkpoint fixtures and a generated corpus of mutated templates.
+
+The corpus is plain data (tokenizer_config dicts); the fast tier checks hand-written expectations on some of
+it, the vLLM tier (`test_template_vs_vllm.py`) checks every entry against vLLM 0.32's own code.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+FIXTURES = Path("/work/shared/fixtures/checkpoints")
+if not FIXTURES.is_dir():  # a checkout next to the shared folder
+    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "checkpoints"
+
+GEMMA4 = "google/gemma-4-12B-it"
+
+# Contract section 6: a minimal Qwen3/Hermes-style template (loads without error).
+QWEN3_STYLE: dict = {
+    "version": 1,
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "thinking": {"open": "<think>", "close": "</think>"},
+        "tool_calls": {
+            "open": "<tool_call>", "close": "</tool_call>", "repeats": True, "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {},
+    },
+}
+
+
+def fixture_commit(folder: str) -> str | None:
+    """The Hub commit SOURCE.txt gives for a fixture, if any."""
+    source = (FIXTURES / folder / "SOURCE.txt").read_text()
+    for marker in ("snapshot directory ", "hf commit that last changed the file: "):
+        if marker in source:
+            return source.split(marker, 1)[1].split()[0]
+    return None
+
+
+def fixture_tokenizer_configs() -> dict[str, dict]:
+    """Repo id -> tokenizer_config.json content for every real fixture.
+
+    Fixtures that hold only a value are wrapped: Gemma 4's response_template under `response_template`,
+    a chat template (Qwen3, Llama 3.1) under `chat_template`, as the checkpoints' own files carry them.
+    """
+    configs = {}
+    for folder in sorted(path for path in FIXTURES.iterdir() if path.is_dir()):
+        repo = folder.name.replace("__", "/", 1)
+        if (folder / "tokenizer_config.json").is_file():
+            configs[repo] = json.loads((folder / "tokenizer_config.json").read_text())
+        elif (folder / "response_template.json").is_file():
+            configs[repo] = {"response_template": json.loads((folder / "response_template.json").read_text())}
+        elif (folder / "chat_template.jinja").is_file():
+            configs[repo] = {"chat_template": (folder / "chat_template.jinja").read_text()}
+    return configs
+
+
+def gemma4_template() -> dict:
+    return json.loads((FIXTURES / "google__gemma-4-12B-it" / "response_template.json").read_text())
+
+
+# --- mutations: each takes a template dict (a deep copy) and returns the mutated template (any JSON value) ----
+
+Mutation = Callable[[dict], object]
+
+
+def _with(path: list[str], value: object) -> Mutation:
+    def mutate(template: dict) -> dict:
+        target = template
+        for key in path[:-1]:
+            target = target.setdefault(key, {})
+        target[path[-1]] = value
+        return template
+    return mutate
+
+
+def _without(path: list[str]) -> Mutation:
+    def mutate(template: dict) -> dict:
+        target = template
+        for key in path[:-1]:
+            target = target.get(key, {})
+        if isinstance(target, dict):
+            target.pop(path[-1], None)
+        return template
+    return mutate
+
+
+def _rename_field(old: str, new: str) -> Mutation:
+    def mutate(template: dict) -> dict:
+        fields = template["fields"]
+        if old in fields:
+            fields[new] = fields.pop(old)
+        return template
+    return mutate
+
+
+def _both_anchors(template: dict) -> dict:
+    template["start_anchor"], template["start_anchor_pattern"] = "<start>", "<start>"
+    return template
+
+
+def _no_anchor(template: dict) -> dict:
+    template.pop("start_anchor", None)
+    template.pop("start_anchor_pattern", None)
+    return template
+
+
+def _field_mutations(name: str) -> dict[str, Mutation]:
+    path = ["fields", name]
+    return {
+        f"{name}-removed": _without(path),
+        f"{name}-unknown-key": _with(path + ["foo"], 1),
+        f"{name}-bad-open-regex": _with(path + ["open_pattern"], "(unclosed"),
+        f"{name}-bad-close-regex": _with(path + ["close_pattern"], "[z-a]"),
+        f"{name}-open-pattern-not-string": _with(path + ["open_pattern"], 7),
+        f"{name}-named-group-no-transform": lambda t: _without(path + ["transform"])(
+            _without(path + ["open"])(_with(path + ["open_pattern"], "<x (?P<n>\\w+)>")(t))),
+        f"{name}-join-without-repeats": lambda t: _without(path + ["repeats"])(_with(path + ["join"], "\n")(t)),
+        f"{name}-join-not-string": lambda t: _with(path + ["repeats"], True)(_with(path + ["join"], 3)(t)),
+        f"{name}-join-with-repeats": lambda t: _with(path + ["repeats"], True)(_with(path + ["join"], "")(t)),
+        f"{name}-content-json": _with(path + ["content"], "json"),
+        f"{name}-content-yaml": _with(path + ["content"], "yaml"),
+        f"{name}-content-list": _with(path + ["content"], ["text"]),
+        f"{name}-transform": _with(path + ["transform"], {"value": "{content}"}),
+        f"{name}-transform-interpolated": _with(path + ["transform"], {"name": "call {name}"}),
+        f"{name}-transform-each-no-transform": lambda t: _without(path + ["transform"])(_with(path + ["transform_each"], True)(t)),
+        f"{name}-transform-each-not-bool": _with(path + ["transform_each"], "yes"),
+        f"{name}-open-and-open-pattern": lambda t: _with(path + ["open"], "<a>")(_with(path + ["open_pattern"], "<a>")(t)),
+        f"{name}-open-empty-string": _with(path + ["open"], ""),
+        f"{name}-open-empty-list": _with(path + ["open"], []),
+        f"{name}-open-list-with-number": _with(path + ["open"], ["<a>", 1]),
+        f"{name}-open-number": _with(path + ["open"], 5),
+        f"{name}-implicit": lambda t: _without(path + ["open_pattern"])(_without(path + ["open"])(t)),
+        f"{name}-not-a-dict": _with(path, "text"),
+    }
+
+
+TOP_LEVEL_MUTATIONS: dict[str, Mutation] = {
+    "unknown-top-level-key": _with(["extra"], True),
+    "version-2": _with(["version"], 2),
+    "version-string": _with(["version"], "1"),
+    "version-float-1": _with(["version"], 1.0),
+    "both-anchors": _both_anchors,
+    "no-anchor": _no_anchor,
+    "anchor-pattern-only": lambda t: _with(["start_anchor_pattern"], "<\\|im_start\\|>assistant\\n?")(_no_anchor(t)),
+    "anchor-bad-pattern": lambda t: _with(["start_anchor_pattern"], "(?P<x")(_no_anchor(t)),
+    "anchor-empty-list": _with(["start_anchor"], []),
+    "anchor-empty-string": _with(["start_anchor"], ""),
+    "anchor-dict": _with(["start_anchor"], {"a": 1}),
+    "defaults-list": _with(["defaults"], ["role"]),
+    "defaults-tool-calls": _with(["defaults", "tool_calls"], []),
+    "fields-empty": _with(["fields"], {}),
+    "fields-list": _with(["fields"], ["content"]),
+    "fields-missing": _without(["fields"]),
+    "field-citations": _with(["fields", "citations"], {"open": "<cite>", "close": "</cite>"}),
+    "thinking-as-reasoning_content": _rename_field("thinking", "reasoning_content"),
+    "two-implicit-fields": _with(["fields", "extra_sink"], {}),
+    "template-string": lambda t: json.dumps(t),
+    "template-list": lambda t: [t],
+    "template-null": lambda t: None,
+}
+
+
+def _all_mutations() -> dict[str, Mutation]:
+    mutations = dict(TOP_LEVEL_MUTATIONS)
+    for name in ("thinking", "content", "tool_calls"):
+        mutations.update(_field_mutations(name))
+    return mutations
+
+
+MUTATIONS = _all_mutations()
+BASES = {"qwen3-style": lambda: copy.deepcopy(QWEN3_STYLE), "gemma4": gemma4_template}
+
+
+def mutation_corpus(random_cases: int = 300, seed: int = 20261130) -> list[tuple[str, dict]]:
+    """(case id, tokenizer_config) for every base x single mutation, then random stacks of 2-4 mutations."""
+    corpus = []
+    for base_name, base in BASES.items():
+        corpus.append((base_name, {"response_template": base()}))
+        for mutation_name, mutate in MUTATIONS.items():
+            corpus.append((f"{base_name}/{mutation_name}", {"response_template": mutate(base())}))
+    rng = random.Random(seed)
+    names = sorted(MUTATIONS)
+    for index in range(random_cases):
+        base_name = rng.choice(sorted(BASES))
+        chosen = rng.sample(names, rng.randint(2, 4))
+        template: object = BASES[base_name]()
+        for name in chosen:
+            if not isinstance(template, dict) or not isinstance(template.get("fields"), dict):
+                break
+            try:
+                template = MUTATIONS[name](copy.deepcopy(template))
+            except (AttributeError, TypeError):  # an earlier mutation left no dict where this one edits
+                continue
+        corpus.append((f"random-{index}/{base_name}/{'+'.join(chosen)}", {"response_template": template}))
+    corpus.append(("no-metadata", {"chat_template": "{{ messages }}"}))
+    corpus.append(("legacy-schema-only", {"response_schema": {"type": "object"}}))
+    corpus.append(("legacy-and-template", {"response_schema": {"type": "object"}, "response_template": copy.deepcopy(QWEN3_STYLE)}))
+    return corpus
