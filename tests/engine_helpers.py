@@ -1,0 +1,56 @@
+"""Helpers for the engine's tests: cases loaded from small YAML files (the real loader) and
+hand-made transcripts."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from conformance.cases import Case, load_suite
+from conformance.transcript import ServerStamp, SseLine, Transcript
+
+WEATHER_TOOL = """\
+tools:
+  get_weather:
+    type: function
+    function:
+      name: get_weather
+      description: Weather forecast for a city.
+      parameters:
+        type: object
+        properties:
+          city: {type: string}
+          days: {type: integer}
+        required: [city]
+"""
+
+
+def load_cases(directory: Path, cases_yaml: str, name: str = "suite.yaml") -> dict[str, Case]:
+    """Write one case file (the weather tool block plus `cases_yaml`) and load it with the real loader."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_text(WEATHER_TOOL + "cases:\n" + textwrap.indent(textwrap.dedent(cases_yaml), "  "))
+    return {case.id: case for case in load_suite(directory)}
+
+
+def stream_transcript(chunks: list[Any], *, done: bool = True, case_id: str = "c", profile: str = "hf",
+                      request: dict | None = None, endpoint: str = "chat") -> Transcript:
+    """A 200 streaming transcript whose SSE data lines are the given chunks (dicts become JSON)."""
+    lines = [SseLine(c if isinstance(c, str) else json.dumps(c), 0.01 * i) for i, c in enumerate(chunks)]
+    if done:
+        lines.append(SseLine("[DONE]", 0.01 * len(chunks)))
+    return Transcript(case_id, "stream", profile, endpoint, STAMP, request or {}, status=200, sse=lines)
+
+
+def response_transcript(message: dict[str, Any], finish_reason: str, *, case_id: str = "c", profile: str = "hf",
+                        request: dict | None = None) -> Transcript:
+    response = {"choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish_reason}]}
+    return Transcript(case_id, "non-stream", profile, "chat", STAMP, request or {}, status=200, response=response)
+
+
+def error_transcript(status: int, body: Any, mode: str = "non-stream", profile: str = "hf") -> Transcript:
+    return Transcript("c", mode, profile, "chat", STAMP, {}, status=status, error_body=body)
+
+
+STAMP = ServerStamp("http://127.0.0.1:1/v1", "tiny", "hf", "0.32.0")

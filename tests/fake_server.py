@@ -1,0 +1,198 @@
+"""A real HTTP server on loopback that plays well-formed and broken OpenAI-style answers.
+
+It exists to test the harness's own error handling (the behaviour of real vLLM is tested against
+real vLLM). The scenario is the content of the request's last user message:
+
+* `ok`: reasoning, then one tool call arriving whole (stream) / the same message (non-stream);
+* `ok-incremental`: the same call with its arguments streamed in fragments;
+* `truncated`: the stream stops in the middle of an event and the connection closes;
+* `garbage`: a `data:` line that is not JSON (non-stream: a body that is not JSON);
+* `missing-index`: a tool-call delta without `index`;
+* `error-midway`: a few chunks, then an error object with code 500 inside the stream;
+* `http-500`: HTTP 500 before anything is sent;
+* `stall`: the role chunk, then nothing for `stall_seconds`;
+* `refuse`: HTTP 400 with a vLLM-style error body (param `tool_choice`);
+* `no-done`: a complete stream without the final `data: [DONE]`.
+
+`requests` records every JSON body received, in order.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+ARGUMENTS = '{"city": "Paris"}'
+REASONING = "\nplan\n"
+REFUSAL = {
+    "error": {
+        "message": "response_template parsing cannot guarantee required tool choice without a format-compatible "
+        "structural grammar (parameter=tool_choice)",
+        "type": "BadRequestError",
+        "param": "tool_choice",
+        "code": 400,
+    }
+}
+
+
+def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "fake",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+    }
+
+
+def whole_call(index: int = 0, arguments: str = ARGUMENTS) -> dict[str, Any]:
+    return {"index": index, "id": f"chatcmpl-tool-{index:016x}", "type": "function",
+            "function": {"name": "get_weather", "arguments": arguments}}
+
+
+def good_stream(incremental: bool = False) -> list[dict[str, Any]]:
+    if incremental:
+        head = {**whole_call(), "function": {"name": "get_weather"}}
+        calls = [head] + [{"index": 0, "function": {"arguments": piece}} for piece in ('{"city": ', '"Paris"}')]
+    else:
+        calls = [whole_call()]
+    return [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"reasoning": REASONING}),
+        *(chunk({"tool_calls": [call]}) for call in calls),
+        chunk({}, "tool_calls"),
+    ]
+
+
+def good_response() -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "fake",
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": None, "reasoning": REASONING,
+                        "tool_calls": [{k: v for k, v in whole_call().items() if k != "index"}]},
+            "finish_reason": "tool_calls",
+        }],
+    }  # fmt: skip
+
+
+class FakeServer:
+    def __init__(self, stall_seconds: float = 5.0) -> None:
+        self.stall_seconds = stall_seconds
+        self.requests: list[dict[str, Any]] = []
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"  # the body ends when the connection closes
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                if self.path == "/version":
+                    self._json(200, {"version": "fake-1.0"})
+                else:
+                    self._json(404, {"error": {"message": "not found"}})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                server.requests.append(body)
+                scenario = body["messages"][-1]["content"]
+                if scenario == "http-500":
+                    return self._json(500, {"error": {"message": "boom", "code": 500}})
+                if scenario == "refuse":
+                    return self._json(400, REFUSAL)
+                if not body.get("stream"):
+                    if scenario == "garbage":
+                        return self._raw(200, b"{not json", "application/json")
+                    return self._json(200, good_response())
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for line in server._stream_lines(scenario):
+                    if line is None:
+                        time.sleep(server.stall_seconds)
+                        continue
+                    try:
+                        self.wfile.write(line)
+                        self.wfile.flush()
+                    except (BrokenPipeError, ConnectionResetError):
+                        return
+
+            def _json(self, status: int, payload: Any) -> None:
+                self._raw(status, json.dumps(payload).encode(), "application/json")
+
+            def _raw(self, status: int, data: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
+
+    @staticmethod
+    def _event(payload: Any) -> bytes:
+        return b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"
+
+    def _stream_lines(self, scenario: str) -> Iterator[bytes | None]:
+        """The bytes to send, in order; None means: stall."""
+        chunks = good_stream(incremental=scenario == "ok-incremental")
+        done = b"data: [DONE]\n\n"
+        if scenario in ("ok", "ok-incremental"):
+            yield from (self._event(c) for c in chunks)
+            yield done
+        elif scenario == "no-done":
+            yield from (self._event(c) for c in chunks)
+        elif scenario == "truncated":
+            yield self._event(chunks[0])
+            yield b"data: " + json.dumps(chunks[1]).encode()[:20]
+        elif scenario == "garbage":
+            yield self._event(chunks[0])
+            yield self._event(b"{this is not json")
+            yield from (self._event(c) for c in chunks[1:])
+            yield done
+        elif scenario == "missing-index":
+            call = {k: v for k, v in whole_call().items() if k != "index"}
+            yield from (self._event(c) for c in (chunks[0], chunk({"tool_calls": [call]}), chunks[-1]))
+            yield done
+        elif scenario == "error-midway":
+            yield from (self._event(c) for c in chunks[:2])
+            yield self._event({"error": {"message": "engine died", "type": "InternalServerError", "code": 500}})
+            yield done
+        elif scenario == "stall":
+            yield self._event(chunks[0])
+            yield None
+            yield from (self._event(c) for c in chunks[1:])
+            yield done
+        else:
+            raise ValueError(f"unknown scenario {scenario!r}")
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+@contextmanager
+def fake_server(stall_seconds: float = 5.0) -> Iterator[FakeServer]:
+    server = FakeServer(stall_seconds)
+    thread = threading.Thread(target=server._httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.close()
+        thread.join(timeout=5)
