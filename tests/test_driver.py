@@ -1,0 +1,187 @@
+"""The driver and engine against a loopback server that plays broken streams (fast tier).
+
+Each broken shape must become `error` or `fail` with a clear reason, and the run must go on.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from conformance.cli import main
+from conformance.driver import Target, request_body
+from conformance.engine import recheck, run
+from conformance.results import read_results
+from conformance.transcript import read_transcripts
+from tests.engine_helpers import load_cases
+from tests.fake_server import fake_server
+
+SCENARIOS = ("ok", "ok-incremental", "truncated", "garbage", "missing-index", "error-midway", "http-500",
+             "stall", "refuse", "no-done")
+CASE_TEMPLATE = """
+- id: {scenario}
+  description: The fake server plays the {scenario} scenario for this request, streaming or not.
+  features: [reasoning, tool_call]
+  request:
+    messages: [{{role: user, content: {scenario}}}]
+    tools: [get_weather]
+  force: "forced <think> text"
+  expect:
+    hf:
+      message:
+        reasoning: "\\nplan\\n"
+        tool_calls: [{{name: get_weather, arguments: {{city: Paris}}}}]
+      finish_reason: tool_calls
+      tool_call_streaming: whole
+"""
+# (scenario, mode) -> (outcome, substring of the reason); everything else passes.
+EXPECTED = {
+    ("ok-incremental", "stream"): ("fail", "tool calls streamed incremental, expected whole"),
+    ("truncated", "stream"): ("error", "invalid SSE: data line 2 is not JSON"),
+    ("garbage", "stream"): ("error", "invalid SSE: data line 2 is not JSON"),
+    ("garbage", "non-stream"): ("error", "the response is not a JSON object"),
+    ("missing-index", "stream"): ("fail", "tool-call delta without an integer `index`"),
+    ("error-midway", "stream"): ("error", "error inside the stream: engine died"),
+    ("http-500", "stream"): ("error", "HTTP 500: boom"),
+    ("http-500", "non-stream"): ("error", "HTTP 500: boom"),
+    ("stall", "stream"): ("error", "timeout: no complete response within 1.5s"),
+    ("refuse", "stream"): ("fail", "refused with HTTP 400: response_template parsing cannot guarantee"),
+    ("refuse", "non-stream"): ("fail", "refused with HTTP 400: response_template parsing cannot guarantee"),
+    ("no-done", "stream"): ("fail", "no data: [DONE]"),
+}
+
+
+@pytest.fixture(scope="module")
+def cases_dir(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("cases")
+    load_cases(directory, "".join(CASE_TEMPLATE.format(scenario=s) for s in SCENARIOS))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def cases(cases_dir):
+    from conformance.cases import load_suite
+
+    return load_suite(cases_dir)
+
+
+@pytest.fixture(scope="module")
+def fake_run(cases, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    with fake_server(stall_seconds=4) as server:
+        target = Target(base_url=server.base_url, model="fake", profile="hf", timeout=1.5)
+        started = time.monotonic()
+        output = run(cases, target, out, concurrency=8)
+        elapsed = time.monotonic() - started
+    return output, out, server.requests, elapsed
+
+
+def test_each_broken_stream_becomes_error_or_fail_with_a_clear_reason(fake_run):
+    output, _, _, _ = fake_run
+    got = {(r.case_id, r.mode): r for r in output.results}
+    assert len(got) == 2 * len(SCENARIOS)  # the run went on past every broken answer
+    for key, result in sorted(got.items()):
+        outcome, reason = EXPECTED.get(key, ("pass", ""))
+        assert result.outcome == outcome, (key, result.reason)
+        assert reason in result.reason, (key, result.reason)
+    assert output.summary.counts == {"pass": 8, "fail": 5, "skip": 0, "error": 7}
+    assert output.summary.exit_outcome == "error"
+
+
+def test_a_stall_does_not_hold_up_the_other_requests(fake_run):
+    *_, elapsed = fake_run
+    assert elapsed < 4  # the stalled stream was cut at the 1.5 s timeout, the rest ran alongside
+
+
+def test_transcripts_and_results_are_written_and_record_the_exact_request(fake_run, cases):
+    output, out, requests, _ = fake_run
+    transcripts = read_transcripts(out / "transcripts.jsonl")
+    assert len(transcripts) == len(read_results(out / "results.jsonl")) == 2 * len(SCENARIOS)
+    ok_stream = next(t for t in transcripts if t.case_id == "ok" and t.mode == "stream")
+    received = next(r for r in requests if r["messages"][0]["content"] == "ok" and r["stream"])
+    assert ok_stream.request == received  # what we recorded is what the server got
+    assert received["structured_outputs"] == {"regex": "forced <think> text"}
+    assert ok_stream.sse[-1].data == "[DONE]"
+    assert [line.t for line in ok_stream.sse] == sorted(line.t for line in ok_stream.sse)
+    assert ok_stream.server.version == "fake-1.0"  # fetched from GET /version
+    stalled = next(t for t in transcripts if t.case_id == "stall" and t.mode == "stream")
+    assert len(stalled.sse) == 1  # the role chunk arrived before the stall and is kept
+
+
+def test_recheck_rejudges_the_recording_identically(fake_run, cases):
+    output, out, _, _ = fake_run
+    again = recheck(read_transcripts(out / "transcripts.jsonl"), cases)
+    key = lambda r: (r.case_id, r.mode)  # noqa: E731
+    assert sorted((key(r), r.outcome, r.reason) for r in again) == sorted(
+        (key(r), r.outcome, r.reason) for r in output.results
+    )
+
+
+def test_connection_refused_is_an_error_for_every_request(cases, tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again below: nothing listens there
+    target = Target(base_url=f"http://127.0.0.1:{port}/v1", model="fake", profile="hf", timeout=5)
+    output = run(cases[:2], target, tmp_path)
+    assert {r.outcome for r in output.results} == {"error"}
+    assert all("connection failed" in r.reason for r in output.results)
+
+
+def test_a_server_that_cannot_force_gets_skips_not_requests(cases, tmp_path):
+    with fake_server() as server:
+        target = Target(base_url=server.base_url, model="fake", profile="hf", can_force=False)
+        output = run(cases[:1], target, tmp_path)
+    assert server.requests == []
+    assert [(r.outcome, r.reason) for r in output.results] == [("skip", f"server {server.base_url} cannot force outputs")] * 2
+
+
+def test_responses_requests_use_input_and_flat_tool_choice(tmp_path):
+    (case,) = load_cases(tmp_path, """
+- id: responses-named
+  description: A named tool choice sent to the Responses API is refused under hf with HTTP 400.
+  features: [responses_api, tool_choice_named]
+  endpoint: responses
+  request:
+    messages: [{role: user, content: hi}]
+    tools: [get_weather]
+    tool_choice: {type: function, function: {name: get_weather}}
+    max_tokens: 8
+  force: "x"
+  expect:
+    hf:
+      error: {status: 400, param: tool_choice}
+""").values()
+    body = request_body(case, "stream", "m", {"structured_outputs": {"regex": "x"}})
+    assert body == {
+        "model": "m", "input": [{"role": "user", "content": "hi"}], "stream": True, "max_output_tokens": 8,
+        "tools": [{"type": "function", "name": "get_weather", "description": "Weather forecast for a city.",
+                   "parameters": case.request["tools"][0]["parameters"]}],
+        "tool_choice": {"type": "function", "name": "get_weather"}, "structured_outputs": {"regex": "x"},
+    }  # fmt: skip
+
+
+def test_cli_run_against_a_server_exits_by_the_worst_outcome(cases_dir, tmp_path, capsys):
+    with fake_server() as server:
+        common = ["run", "--base-url", server.base_url, "--model", "fake", "--profile", "hf", "--cases",
+                  str(cases_dir), "--timeout", "5"]
+        assert main([*common, "--case", "ok", "--out", str(tmp_path / "ok")]) == 0
+        assert main([*common, "--case", "ok", "--case", "no-done", "--out", str(tmp_path / "fail")]) == 1
+        assert main([*common, "--case", "http-500", "--out", str(tmp_path / "error")]) == 2
+    out = capsys.readouterr().out
+    assert "2 results: 2 pass, 0 fail, 0 skip, 0 error" in out
+    for name in ("transcripts.jsonl", "results.jsonl", "report.md", "junit.xml", "report.html", "run.json"):
+        assert (tmp_path / "fail" / name).is_file()
+    assert json.loads((tmp_path / "fail" / "run.json").read_text())["summary"]["counts"]["fail"] == 1
+
+
+def test_cli_run_usage_errors(cases_dir, capsys):
+    assert main(["run", "--base-url", "http://127.0.0.1:9/v1", "--cases", str(cases_dir)]) == 2
+    assert "--base-url needs --model and --profile" in capsys.readouterr().err
+    args = ["run", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--profile", "hf"]
+    assert main([*args, "--cases", str(cases_dir), "--case", "nope"]) == 2
+    assert "unknown case id(s): nope" in capsys.readouterr().err
+    assert main(["run", "--launch", "nope"]) == 2
+    assert "unknown profile 'nope'" in capsys.readouterr().err
