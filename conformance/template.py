@@ -316,10 +316,29 @@ def _describe(loaded: _Loaded) -> str:
     return "; ".join(parts)
 
 
+def _leading_literal(pattern_text: str) -> str:
+    """The literal text a pattern starts with (e.g. `<tc>` for `<tc>(a+)+$`), so probes get past it."""
+    literal = []
+    index = 0
+    while index < len(pattern_text):
+        character = pattern_text[index]
+        if character == "\\" and index + 1 < len(pattern_text) and not pattern_text[index + 1].isalnum():
+            literal.append(pattern_text[index + 1])
+            index += 2
+            continue
+        if character in "\\()[]{}*+?|^$.":
+            break
+        literal.append(character)
+        index += 1
+    return "".join(literal)
+
+
 def _probes(pattern_text: str) -> list[str]:
-    """Inputs that make a backtracking-prone pattern explode: long runs of one character, then a misfit."""
+    """Inputs that make a backtracking-prone pattern explode: its leading literal (or nothing), a long run
+    of one character, then a misfit."""
     characters = sorted(set(pattern_text) | set("a0 \n<>{}\"'|_:"))
-    return [c * _PROBE_RUN_LENGTH + "\x00" for c in characters]
+    prefixes = dict.fromkeys(["", _leading_literal(pattern_text)])
+    return [prefix + c * _PROBE_RUN_LENGTH + "\x00" for prefix in prefixes for c in characters]
 
 
 def _slow_pattern(compiled: Any, source: str) -> bool:

@@ -203,3 +203,17 @@ def mutation_corpus(random_cases: int = 300, seed: int = 20261130) -> list[tuple
     corpus.append(("legacy-schema-only", {"response_schema": {"type": "object"}}))
     corpus.append(("legacy-and-template", {"response_schema": {"type": "object"}, "response_template": copy.deepcopy(QWEN3_STYLE)}))
     return corpus
+
+
+def serve_fixtures(hub) -> dict[str, str]:
+    """Add every real fixture to a `tests.hub_server.HubServer` under its repo id, at the commit SOURCE.txt
+    gives (or a made-up one). Returns repo id -> commit."""
+    commits = {}
+    for repo, tokenizer_config in fixture_tokenizer_configs().items():
+        files = {"tokenizer_config.json": json.dumps(tokenizer_config, indent=2)}
+        folder = FIXTURES / repo.replace("/", "__", 1)
+        if (folder / "chat_template.jinja").is_file():
+            files["chat_template.jinja"] = (folder / "chat_template.jinja").read_text()
+        options = {"commit": commit} if (commit := fixture_commit(folder.name)) else {}
+        commits[repo] = hub.add_repo(repo, files, **options).commit
+    return commits
