@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance import exit_codes
 from conformance.checks import BLOCKING_KINDS, ERROR, FAIL, PASS, SKIP, Check
 from conformance.transcript import iter_json_lines
 
@@ -110,6 +111,11 @@ class Summary:
         if self.counts.get(FAIL):
             return FAIL
         return PASS
+
+    @property
+    def exit_code(self) -> int:
+        """0 all pass or skip, 1 a fail, 2 an error."""
+        return {ERROR: exit_codes.ERROR, FAIL: exit_codes.FAILED}.get(self.exit_outcome, exit_codes.OK)
 
     def line(self) -> str:
         parts = [f"{self.counts.get(o, 0)} {o}" for o in OUTCOMES]

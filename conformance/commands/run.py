@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"running {len(cases)} cases against {target.base_url} ({target.profile} profile); "
                   f"writing to {out_dir}", file=sys.stderr)
             return _run_and_report(cases, target, markers, out_dir, args)
-    except _LaunchFailed as exc:
+    except LaunchFailed as exc:
         return _usage_error(str(exc))
 
 
@@ -115,11 +115,11 @@ def _run_and_report(cases, target, markers, out_dir: Path, args: argparse.Namesp
     print(output.summary.line())
     for kind, path in paths.items():
         print(f"{kind}: {path}")
-    return {"error": exit_codes.ERROR, "fail": exit_codes.FAILED}.get(output.summary.exit_outcome, exit_codes.OK)
+    return output.summary.exit_code
 
 
-class _LaunchFailed(Exception):
-    pass
+class LaunchFailed(Exception):
+    """The server could not be started, or the checkpoint's template could not be read."""
 
 
 @contextlib.contextmanager
@@ -128,11 +128,10 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
     from conformance.driver import Target
 
     if args.base_url:
-        template = _response_template(args.checkpoint) if args.checkpoint else None
         yield Target(
             base_url=args.base_url, model=args.model, profile=args.profile, api_key=args.api_key,
             timeout=args.timeout, can_force=not args.no_force, checkpoint_revision=args.checkpoint_revision,
-        ), _markers(template)  # fmt: skip
+        ), markers_for_checkpoint(args.checkpoint)  # fmt: skip
         return
     from conformance.fixture import build_fixture
     from conformance.server import ServerStartError, launch
@@ -145,24 +144,23 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
                 base_url=server.base_url, model=server.model, profile=args.profile or server.profile.name,
                 api_key=args.api_key, timeout=args.timeout, can_force=not args.no_force, version=server.version,
                 args=tuple(server.args), checkpoint_revision=args.checkpoint_revision or _directory_digest(checkpoint),
-            ), _markers(_response_template(checkpoint))  # fmt: skip
+            ), markers_for_checkpoint(checkpoint)  # fmt: skip
     except ServerStartError as exc:
-        raise _LaunchFailed(f"could not start vLLM: {exc}") from exc
+        raise LaunchFailed(f"could not start vLLM: {exc}") from exc
 
 
-def _response_template(checkpoint: Path) -> dict | None:
-    try:
-        config = json.loads((checkpoint / "tokenizer_config.json").read_text("utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise _LaunchFailed(f"{checkpoint}/tokenizer_config.json: cannot read: {exc}") from exc
-    template = config.get("response_template")
-    return template if isinstance(template, dict) else None
-
-
-def _markers(template: dict | None) -> tuple[str, ...]:
+def markers_for_checkpoint(checkpoint: Path | None) -> tuple[str, ...]:
+    """The delimiters checked for leaks: from the checkpoint's response_template, else the defaults."""
     from conformance.checks import template_markers
 
-    return template_markers(template)
+    if checkpoint is None:
+        return template_markers(None)
+    path = checkpoint / "tokenizer_config.json"
+    try:
+        config = json.loads(path.read_text("utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise LaunchFailed(f"{path}: cannot read: {exc}") from exc
+    return template_markers(config.get("response_template") if isinstance(config, dict) else None)
 
 
 def _directory_digest(directory: Path) -> str:

@@ -1,0 +1,68 @@
+"""`conformance recheck TRANSCRIPTS.jsonl`: judge a recorded run again, with no server."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from conformance import exit_codes
+
+DESCRIPTION = """\
+Re-judge the transcripts of an earlier `conformance run` against the current case definitions and
+checks, without any server: useful after changing a case's expectation or upgrading this tool.
+Writes results.jsonl, report.md, junit.xml, report.html and run.json to --out (default: a
+`recheck` folder next to the transcripts file). The stamp (server version, model, profile) is the
+one recorded in the transcripts.
+
+example:
+  conformance recheck reports/run-20261130-201500/transcripts.jsonl --out /tmp/recheck
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "recheck",
+        help="re-judge a recorded transcripts.jsonl offline and write reports",
+        description=DESCRIPTION,
+        epilog=exit_codes.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("transcripts", type=Path, metavar="TRANSCRIPTS.jsonl", help="a run's transcripts file")
+    parser.add_argument("--cases", type=Path, help="case directory (default: the shipped cases/)")
+    parser.add_argument("--out", type=Path, help="output directory (default: <transcripts dir>/recheck)")
+    parser.add_argument("--checkpoint", type=Path,
+                        help="local checkpoint directory: its response_template gives the markers checked for leaks")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from conformance.cases import CaseFileError, load_suite
+    from conformance.commands.run import LaunchFailed, markers_for_checkpoint
+    from conformance.engine import recheck, write_reports
+    from conformance.report.jsonl import write_results
+    from conformance.report.stamp import make_stamp
+    from conformance.results import RESULTS_FILE, summarize
+    from conformance.transcript import TranscriptError, read_transcripts
+
+    try:
+        transcripts = read_transcripts(args.transcripts)
+        cases = load_suite(args.cases)
+        markers = markers_for_checkpoint(args.checkpoint)
+    except (TranscriptError, CaseFileError, LaunchFailed) as exc:
+        print(f"conformance recheck: error: {exc}", file=sys.stderr)
+        return exit_codes.ERROR
+    if not transcripts:
+        print(f"conformance recheck: error: {args.transcripts}: no transcripts in this file", file=sys.stderr)
+        return exit_codes.ERROR
+    results = recheck(transcripts, cases, markers=markers)
+    out_dir = args.out or args.transcripts.parent / "recheck"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_results(out_dir / RESULTS_FILE, results)
+    stamp = make_stamp(transcripts[0].server.__dict__)
+    paths = write_reports(out_dir, results, stamp, transcripts)
+    summary = summarize(results)
+    print(summary.line())
+    for kind, path in {"results": out_dir / RESULTS_FILE, **paths}.items():
+        print(f"{kind}: {path}")
+    return summary.exit_code
