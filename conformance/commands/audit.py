@@ -69,7 +69,6 @@ def run(args: argparse.Namespace) -> int:
     from conformance.hub import HubSettings
     from conformance.report.audit_report import AuditReportWriter, render_table
 
-    errors = Console(stderr=True)
     try:
         entries = _entries(args)
         missing = [str(directory) for directory in args.local if not directory.is_dir()]
@@ -78,11 +77,11 @@ def run(args: argparse.Namespace) -> int:
         if args.workers < 1:
             raise UsageError("--workers must be at least 1")
     except (CheckpointsError, UsageError) as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False, markup=True)
+        print(f"error: {exc}", file=sys.stderr)
         return exit_codes.ERROR
     for entry in entries:
         if warning := revision_warning(entry):
-            errors.print(f"[yellow]warning:[/] {warning}", highlight=False)
+            print(f"warning: {warning}", file=sys.stderr)
 
     writer = AuditReportWriter(args.json, args.markdown)
     for directory in args.local:
@@ -99,10 +98,10 @@ def run(args: argparse.Namespace) -> int:
     console.print(render_table(report))
     for checkpoint in report["checkpoints"]:
         for message in ([checkpoint["error"]] if checkpoint["error"] else []) + checkpoint["unmet_expectations"]:
-            console.print(f"{checkpoint['id']}: {message}", highlight=False, markup=False)
+            print(f"{checkpoint['id']}: {message}")
     for path in (args.json, args.markdown):
         if path is not None:
-            errors.print(f"wrote {path}", highlight=False)
+            print(f"wrote {path}", file=sys.stderr)
 
     audits = writer.audits
     if any(a.status != "ok" and a.status not in CHECKPOINT_FAULTS for a in audits):
