@@ -1,0 +1,174 @@
+"""The audit end to end: local directories, the CLI against the loopback Hub, reports and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conformance import __version__, exit_codes
+from conformance.audit import audit_local
+from conformance.checkpoints import load_schema
+from conformance.report.audit_report import AuditReportWriter
+from conformance.template import predict_vllm_startup
+from tests import hub_server
+from tests.audit_helpers import GEMMA4, fixture_tokenizer_configs, serve_fixtures
+from tests.hub_server import HubServer
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SECRET = "hf_do_not_print_this_token"
+REPORT_SCHEMA = load_schema("audit-report.schema.json")
+CONFIGURATIONS = ("tool_call_parser_hf", "reasoning_parser_hf", "both")
+
+
+@pytest.fixture(scope="module")
+def fixture_hub() -> Iterator[tuple[HubServer, dict[str, str]]]:
+    with HubServer() as server:
+        commits = serve_fixtures(server)
+        server.add_repo("t/private", {"tokenizer_config.json": "{}"}, mode=hub_server.PRIVATE, token="another")
+        server.add_repo("t/bad-json", {"tokenizer_config.json": "{"})
+        yield server, commits
+
+
+def run_audit(server: HubServer, cache: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, dict, str]:
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
+    environment.update(HF_ENDPOINT=server.url, HF_HUB_CACHE=str(cache / "hub"), **env)
+    json_path, markdown_path = cache / "out" / "audit.json", cache / "out" / "audit.md"
+    completed = subprocess.run(
+        [sys.executable, "-m", "conformance", "audit", *args, "--json", str(json_path), "--markdown", str(markdown_path),
+         "--timeout", "2"],
+        capture_output=True, text=True, env=environment, cwd=cache,
+    )
+    report = json.loads(json_path.read_text()) if json_path.exists() else {}
+    if report:
+        jsonschema.validate(report, REPORT_SCHEMA)
+    return completed, report, markdown_path.read_text() if markdown_path.exists() else ""
+
+
+def by_id(report: dict) -> dict[str, dict]:
+    return {checkpoint["id"]: checkpoint for checkpoint in report["checkpoints"]}
+
+
+def write_config(directory: Path, config: dict | str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tokenizer_config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    return directory
+
+
+def test_audit_local_verdicts_are_predict_vllm_startup(tmp_path: Path) -> None:
+    config = fixture_tokenizer_configs()[GEMMA4]
+    (tmp_path / "chat_template.jinja").write_text("{{ messages }}")
+    audit = audit_local(write_config(tmp_path, config))
+    assert (audit.status, audit.source, audit.commit) == ("ok", "local", None)
+    assert audit.files == ["tokenizer_config.json", "chat_template.jinja"]
+    assert audit.vllm_0_32 == predict_vllm_startup(config)
+    assert audit.template.metadata_key == "response_template"
+
+
+@pytest.mark.parametrize("content, status, message", [
+    (None, "not_found", "tokenizer_config.json: no such file"),
+    ('{"a": 1,,}', "invalid_json", "tokenizer_config.json: invalid JSON at line 1, column 9"),
+])
+def test_audit_local_failures_name_the_file(tmp_path: Path, content: str | None, status: str, message: str) -> None:
+    directory = write_config(tmp_path, content) if content else tmp_path
+    audit = audit_local(directory)
+    assert (audit.status, audit.vllm_0_32) == (status, None)
+    assert str(tmp_path) in audit.error and message in audit.error
+
+
+def test_cli_audits_the_fixtures_and_meets_their_expectations(fixture_hub, tmp_path: Path) -> None:
+    server, commits = fixture_hub
+    lines = []
+    for repo, commit in commits.items():
+        outcome = "starts" if repo == GEMMA4 else "fails"
+        lines.append(f"- repo: {repo}\n  revision: {commit}\n  expect: {{both: {outcome}, tool_call_parser_hf: {outcome}}}\n")
+    (tmp_path / "list.yaml").write_text("".join(lines))
+    completed, report, markdown = run_audit(server, tmp_path, "--checkpoints", "list.yaml")
+    assert completed.returncode == exit_codes.OK, completed.stdout + completed.stderr
+    assert report["complete"] and report["tool"] == {"name": "conformance", "version": __version__}
+    checkpoints = by_id(report)
+    assert set(checkpoints) == set(commits)
+    for repo, commit in commits.items():
+        checkpoint = checkpoints[repo]
+        assert (checkpoint["status"], checkpoint["commit"], checkpoint["unmet_expectations"]) == ("ok", commit, [])
+        expected = predict_vllm_startup(fixture_tokenizer_configs()[repo])
+        assert checkpoint["vllm_0_32"] == {name: {"starts": v.starts, "error": v.error} for name, v in expected.items()}
+        assert commit in markdown
+    assert checkpoints["ConicCat/Gemma4-GarnetV2-31B"]["metadata_key"] == "response_schema"
+    assert checkpoints[GEMMA4]["response_template"] == {"present": True, "valid": True, "error": None}
+    assert "thinking: '<|channel>thought\\n'" in checkpoints[GEMMA4]["regions"]
+    assert f"by conformance {__version__}" in markdown and report["generated_at"] in markdown
+    assert GEMMA4 in completed.stdout and "starts" in completed.stdout
+
+
+def test_cli_runs_the_shipped_list(fixture_hub, tmp_path: Path) -> None:
+    """Checkpoints the loopback Hub serves meet their expectations; the others are not found (exit 2)."""
+    server, commits = fixture_hub
+    completed, report, _ = run_audit(server, tmp_path, "--checkpoints", str(REPO_ROOT / "checkpoints.yaml"))
+    assert completed.returncode == exit_codes.ERROR
+    for repo, checkpoint in by_id(report).items():
+        if repo in commits:
+            assert (checkpoint["status"], checkpoint["unmet_expectations"]) == ("ok", []), repo
+        else:
+            assert checkpoint["status"] == "not_found", repo
+    assert "revision 'main' is not a commit SHA" in completed.stderr
+
+
+def test_an_unmet_expectation_exits_1_and_says_which(fixture_hub, tmp_path: Path) -> None:
+    server, commits = fixture_hub
+    repo = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
+    (tmp_path / "list.yaml").write_text(f"- repo: {repo}\n  revision: {commits[repo]}\n  expect: {{reasoning_parser_hf: starts}}\n")
+    completed, report, markdown = run_audit(server, tmp_path, "--checkpoints", "list.yaml")
+    assert completed.returncode == exit_codes.FAILED
+    message = ("reasoning_parser_hf: expected starts, predicted fails: "
+               "The hf parser requires `response_template` metadata in the tokenizer configuration")
+    assert by_id(report)[repo]["unmet_expectations"] == [message]
+    assert message in completed.stdout and "UNMET" in markdown
+
+
+def test_positional_checkpoints_and_local_directories(fixture_hub, tmp_path: Path) -> None:
+    server, commits = fixture_hub
+    local = write_config(tmp_path / "my-model", fixture_tokenizer_configs()[GEMMA4])
+    completed, report, _ = run_audit(server, tmp_path, f"{GEMMA4}@{commits[GEMMA4]}", "--local", str(local))
+    assert completed.returncode == exit_codes.OK, completed.stderr
+    assert [(c["id"], c["source"]) for c in report["checkpoints"]] == [(str(local), "local"), (GEMMA4, "hub")]
+
+
+def test_a_broken_checkpoint_file_exits_1(fixture_hub, tmp_path: Path) -> None:
+    server, _ = fixture_hub
+    completed, report, _ = run_audit(server, tmp_path, "t/bad-json@v0", )
+    assert by_id(report)["t/bad-json"]["status"] == "not_found"  # tag unknown to the Hub: not reachable, exit 2
+    assert completed.returncode == exit_codes.ERROR
+    completed, report, _ = run_audit(server, tmp_path, "t/bad-json@main")
+    assert by_id(report)["t/bad-json"]["status"] == "invalid_json"
+    assert completed.returncode == exit_codes.FAILED
+
+
+def test_the_token_never_appears_in_output_or_reports(fixture_hub, tmp_path: Path) -> None:
+    server, _ = fixture_hub
+    completed, report, markdown = run_audit(server, tmp_path, "t/private@main", HF_TOKEN=SECRET)
+    assert by_id(report)["t/private"]["status"] == "unauthorized"
+    assert "HF_TOKEN" in by_id(report)["t/private"]["error"]
+    for text in (completed.stdout, completed.stderr, json.dumps(report), markdown):
+        assert SECRET not in text
+    assert all(request.authorized for request in server.requests_for("t/private"))
+
+
+def test_report_files_are_current_after_each_checkpoint(tmp_path: Path) -> None:
+    json_path, markdown_path = tmp_path / "r.json", tmp_path / "r.md"
+    writer = AuditReportWriter(json_path, markdown_path)
+    writer.add(audit_local(write_config(tmp_path / "a", fixture_tokenizer_configs()[GEMMA4])))
+    partial = json.loads(json_path.read_text())
+    jsonschema.validate(partial, REPORT_SCHEMA)
+    assert (partial["complete"], len(partial["checkpoints"])) == (False, 1)
+    assert "incomplete: the run did not finish" in markdown_path.read_text()
+    writer.add(audit_local(tmp_path / "missing"))
+    final = writer.finish()
+    assert json.loads(json_path.read_text()) == final
+    assert (final["complete"], final["summary"]) == (True, {"checkpoints": 2, "ok": 1, "failed": 1, "unmet_expectations": 0})
