@@ -391,3 +391,20 @@ def test_responses_api_output_items_map_to_the_message_shape():
     incomplete = {**response, "status": "incomplete"}
     transcript.response = incomplete
     assert response_message(transcript).finish_reason == "length"
+
+
+def test_a_refusal_is_judged_in_natural_mode_too(cases):
+    body = {"error": {"message": "cannot guarantee required tool choice", "param": "tool_choice"}}
+    refused = error_transcript(400, body)
+    refused.forced = False
+    assert outcome(cases["refused"], refused).outcome == "pass"
+    accepted = response_transcript({"content": "a"}, "stop")
+    accepted.forced = False
+    assert outcome(cases["refused"], accepted).outcome == "fail"
+
+
+def test_client_replay_of_a_length_cut_stream_compares_the_accumulated_message(cases):
+    # openai's get_final_completion() always raises on finish_reason length; the snapshot is what clients see.
+    chunks = [ROLE, delta({"content": "Hello"}), delta({"content": " th"}, "length")]
+    check = by_name(judge(cases["legacy-only"], stream_transcript(chunks)))["client_replay"]
+    assert check.outcome == "pass", check.reason
