@@ -14,9 +14,15 @@ searches so a catastrophic pattern becomes a finding instead of a hang.
 from __future__ import annotations
 
 import atexit
-import multiprocessing
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import regex
@@ -438,19 +444,38 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
 
 
 # --- the bounded worker -------------------------------------------------------------------------------
+# A plain child interpreter speaking length-prefixed pickles over its stdin/stdout: unlike multiprocessing's
+# spawn, it never re-imports the caller's __main__, so any script can call `analyze_template`.
+
+_FRAME_HEADER = struct.Struct(">I")
 
 
-def _serve(connection: Any) -> None:
-    """Worker process loop: analyse each tokenizer_config received until the pipe closes."""
+def _write_frame(stream: Any, payload: object) -> None:
+    data = pickle.dumps(payload)
+    stream.write(_FRAME_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _read_frame(stream: Any) -> Any:
+    header = stream.read(_FRAME_HEADER.size)
+    if len(header) < _FRAME_HEADER.size:
+        raise EOFError
+    (length,) = _FRAME_HEADER.unpack(header)
+    return pickle.loads(stream.read(length))
+
+
+def serve_worker() -> None:
+    """Worker process loop: analyse each tokenizer_config received on stdin until it closes."""
+    requests, answers = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
-            tokenizer_config = connection.recv()
+            tokenizer_config = _read_frame(requests)
         except EOFError:
             return
         try:
-            connection.send(("ok", analyze_template_unbounded(tokenizer_config)))
+            _write_frame(answers, ("ok", analyze_template_unbounded(tokenizer_config)))
         except Exception as exc:  # report, never die: the next template deserves an answer
-            connection.send(("error", f"{type(exc).__name__}: {exc}"))
+            _write_frame(answers, ("error", f"{type(exc).__name__}: {exc}"))
 
 
 class _BoundedWorker:
@@ -458,36 +483,42 @@ class _BoundedWorker:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._process: Any = None
-        self._connection: Any = None
+        self._process: subprocess.Popen | None = None
 
-    def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")
-        parent_end, child_end = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child_end,), daemon=True, name="template-analysis")
-        self._process.start()
-        child_end.close()
-        self._connection = parent_end
+    def _start(self) -> subprocess.Popen:
+        source_root = str(Path(__file__).resolve().parents[1])
+        environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [source_root, os.environ.get("PYTHONPATH")]))}
+        return subprocess.Popen(
+            [sys.executable, "-c", "from conformance.template import serve_worker; serve_worker()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=environment,
+        )
 
     def stop(self) -> None:
-        if self._process is not None:
-            self._connection.close()
-            self._process.kill()
-            self._process.join()
-            self._process = self._connection = None
+        process, self._process = self._process, None
+        if process is not None:
+            process.kill()
+            process.wait()
+            process.stdin.close()
+            process.stdout.close()
 
     def run(self, tokenizer_config: dict, timeout: float) -> TemplateAnalysis:
         with self._lock:
-            if self._process is None or not self._process.is_alive():
-                self._start()
-            self._connection.send(tokenizer_config)
-            if not self._connection.poll(timeout):
+            if self._process is None or self._process.poll() is not None:
                 self.stop()
-                raise TemplateAnalysisTimeout(
-                    f"analysing the response_template took longer than {timeout:g}s "
-                    "(a regex too expensive to compile or search)"
-                )
-            kind, payload = self._connection.recv()
+                self._process = self._start()
+            try:
+                _write_frame(self._process.stdin, tokenizer_config)
+                ready, _, _ = select.select([self._process.stdout], [], [], timeout)
+                if not ready:
+                    self.stop()
+                    raise TemplateAnalysisTimeout(
+                        f"analysing the response_template took longer than {timeout:g}s "
+                        "(a regex too expensive to compile or search)"
+                    )
+                kind, payload = _read_frame(self._process.stdout)
+            except (OSError, EOFError) as exc:
+                self.stop()
+                raise RuntimeError(f"template analysis worker died: {exc}") from exc
         if kind == "error":
             raise RuntimeError(f"template analysis failed: {payload}")
         return payload

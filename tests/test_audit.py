@@ -160,7 +160,7 @@ def test_the_token_never_appears_in_output_or_reports(fixture_hub, tmp_path: Pat
     assert all(request.authorized for request in server.requests_for("t/private"))
 
 
-def test_report_files_are_current_after_each_checkpoint(tmp_path: Path) -> None:
+def test_every_checkpoint_is_on_disk_as_soon_as_it_is_audited(tmp_path: Path) -> None:
     json_path, markdown_path = tmp_path / "r.json", tmp_path / "r.md"
     writer = AuditReportWriter(json_path, markdown_path)
     writer.add(audit_local(write_config(tmp_path / "a", fixture_tokenizer_configs()[GEMMA4])))
@@ -169,6 +169,10 @@ def test_report_files_are_current_after_each_checkpoint(tmp_path: Path) -> None:
     assert (partial["complete"], len(partial["checkpoints"])) == (False, 1)
     assert "incomplete: the run did not finish" in markdown_path.read_text()
     writer.add(audit_local(tmp_path / "missing"))
+    partial_lines = [json.loads(line) for line in writer.partial_path.read_text().splitlines()]
+    assert [record["status"] for record in partial_lines] == ["ok", "not_found"]  # every record, at once
     final = writer.finish()
     assert json.loads(json_path.read_text()) == final
+    assert final["checkpoints"] == partial_lines
+    assert not writer.partial_path.exists()
     assert (final["complete"], final["summary"]) == (True, {"checkpoints": 2, "ok": 1, "failed": 1, "unmet_expectations": 0})

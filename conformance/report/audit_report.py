@@ -1,14 +1,16 @@
 """Audit reports: the JSON document (shape: `schemas/audit-report.schema.json`), its Markdown and
 terminal renderings. Renderings read the JSON document only, so any report file can be re-rendered.
 
-`AuditReportWriter` rewrites the report files (atomically) after every checkpoint, marked
-`"complete": false` until the run ends, so nothing computed is lost if the run dies.
+`AuditReportWriter` appends every checkpoint's record to `<report>.partial.jsonl` the moment it is
+computed (removed when the run finishes), so nothing is lost if the run dies, and rewrites the report files
+(atomically, marked `"complete": false`) at most once a second while the run goes on.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -172,29 +174,43 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 class AuditReportWriter:
-    """Collects audits and keeps the report files on disk current after each one."""
+    """Collects audits and keeps what is on disk current (see the module docstring)."""
+
+    REWRITE_INTERVAL_S = 1.0
 
     def __init__(self, json_path: Path | None = None, markdown_path: Path | None = None) -> None:
         self.json_path, self.markdown_path = json_path, markdown_path
         self.audits: list[CheckpointAudit] = []
         self.started_at = datetime.now(timezone.utc)
+        self._last_rewrite = 0.0
         for path in (json_path, markdown_path):
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
+        first = json_path or markdown_path
+        self.partial_path = first.with_name(first.name + ".partial.jsonl") if first is not None else None
+        if self.partial_path is not None:
+            self.partial_path.write_text("", encoding="utf-8")
 
     def report(self, complete: bool) -> dict[str, Any]:
         return build_report(self.audits, started_at=self.started_at, complete=complete)
 
     def add(self, audit: CheckpointAudit) -> None:
         self.audits.append(audit)
-        self._write(self.report(complete=False))
+        if self.partial_path is not None:
+            with self.partial_path.open("a", encoding="utf-8") as partial:
+                partial.write(json.dumps(audit_to_json(audit), ensure_ascii=False) + "\n")
+        if time.monotonic() - self._last_rewrite >= self.REWRITE_INTERVAL_S:
+            self._write(self.report(complete=False))
 
     def finish(self) -> dict[str, Any]:
         report = self.report(complete=True)
         self._write(report)
+        if self.partial_path is not None:
+            self.partial_path.unlink(missing_ok=True)
         return report
 
     def _write(self, report: dict[str, Any]) -> None:
+        self._last_rewrite = time.monotonic()
         if self.json_path is not None:
             _write_atomically(self.json_path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         if self.markdown_path is not None:
