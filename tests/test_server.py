@@ -29,7 +29,7 @@ from conformance.server import (
     resolve_profile,
     start,
 )
-from server_helpers import WEATHER_TOOL, chat, chat_stream
+from tests.server_helpers import WEATHER_TOOL, chat, chat_stream
 
 # A stand-in for `python -m vllm.entrypoints.openai.api_server ...`, steered by FAKE_VLLM_MODE:
 #   error   print a log like vLLM's and exit 1
