@@ -13,7 +13,6 @@ from pathlib import Path
 from conformance import hub
 from conformance.checkpoints import CheckpointEntry, revision_warning
 from conformance.template import (
-    CONFIGURATIONS,
     Finding,
     StartupVerdict,
     TemplateAnalysis,
@@ -23,6 +22,7 @@ from conformance.template import (
 
 OK = "ok"
 TEMPLATE_TIMEOUT = "template_timeout"
+ANALYSIS_ERROR = "analysis_error"  # the analysis worker itself failed: a tool problem
 # Statuses that say something about the checkpoint itself (exit 1); any other failure means the audit
 # could not look at the checkpoint (Hub, network, cache, access: exit 2).
 CHECKPOINT_FAULTS = frozenset({hub.INVALID_JSON, hub.TOO_LARGE, TEMPLATE_TIMEOUT})
@@ -71,6 +71,8 @@ def _analyze(audit: CheckpointAudit, tokenizer_config: dict) -> CheckpointAudit:
         audit.template = analyze_template(tokenizer_config)
     except TemplateAnalysisTimeout as exc:
         audit.status, audit.error = TEMPLATE_TIMEOUT, str(exc)
+    except RuntimeError as exc:
+        audit.status, audit.error = ANALYSIS_ERROR, str(exc)
     return audit
 
 
@@ -120,4 +122,4 @@ def configuration_outcome(verdict: StartupVerdict) -> str:
     return "starts" if verdict.starts else "fails"
 
 
-__all__ = ["CONFIGURATIONS", "CheckpointAudit", "audit_checkpoints", "audit_local", "configuration_outcome"]
+__all__ = ["CheckpointAudit", "audit_checkpoints", "audit_local", "configuration_outcome"]

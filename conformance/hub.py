@@ -29,7 +29,7 @@ DEFAULT_WORKERS = 16
 NOT_FOUND, UNAUTHORIZED, GATED = "not_found", "unauthorized", "gated"
 SERVER_ERROR, TIMEOUT, NETWORK_ERROR = "server_error", "timeout", "network_error"
 TOO_LARGE, INVALID_JSON, NOT_CACHED = "too_large", "invalid_json", "not_cached"
-TOKEN_HINT = "set HF_TOKEN to a token that can read this repo (for a gated repo, accept its terms on the Hub first)"
+TOKEN_HINT = "set HF_TOKEN to a token that can read it; for a gated repo, accept its terms on the Hub first"
 
 
 @dataclass(frozen=True)
@@ -101,15 +101,15 @@ def _classify(exc: BaseException, repo: str, filename: str) -> FetchError:
     if isinstance(exc, FetchError):
         return exc
     if isinstance(exc, errors.GatedRepoError):
-        return FetchError(GATED, f"the repo is gated: {TOKEN_HINT}")
+        return FetchError(GATED, f"the repo is gated; {TOKEN_HINT}")
     if isinstance(exc, errors.HfHubHTTPError) and exc.response is not None:
         status = exc.response.status_code
         if status in (401, 403):
-            return FetchError(UNAUTHORIZED, f"HTTP {status}, not authorized (private or gated repo, or an invalid token): {TOKEN_HINT}")
+            return FetchError(UNAUTHORIZED, f"HTTP {status}, not authorized (a private or gated repo, or an invalid token); {TOKEN_HINT}")
         if isinstance(exc, errors.RevisionNotFoundError):
             return FetchError(NOT_FOUND, f"revision not found")
         if isinstance(exc, errors.RepositoryNotFoundError):
-            return FetchError(NOT_FOUND, f"repository not found (if it is private, {TOKEN_HINT})")
+            return FetchError(NOT_FOUND, f"repository not found; if it is private, {TOKEN_HINT}")
         if isinstance(exc, errors.RemoteEntryNotFoundError) or status == 404:
             return FetchError(NOT_FOUND, f"{filename} not found in the repository")
         if status >= 500:

@@ -65,8 +65,7 @@ def test_pinned_commit_in_cache_costs_no_request(hub_url: HubServer, tmp_path: P
 
 
 def test_cached_absence_of_optional_files_costs_no_request(hub_url: HubServer, tmp_path: Path) -> None:
-    commit = hub_url.repos["t/broken"].commit  # any repo: use one without chat_template files
-    hub_url.add_repo("t/only-config", {"tokenizer_config.json": CONFIG}, commit=commit)
+    commit = hub_url.add_repo("t/only-config", {"tokenizer_config.json": CONFIG}).commit
     fetch_checkpoint("t/only-config", commit, settings(hub_url, tmp_path))
     hub_url.clear_log()
     result = fetch_checkpoint("t/only-config", commit, settings(hub_url, tmp_path))
@@ -94,12 +93,12 @@ def test_offline_mode_serves_from_cache_and_says_what_is_missing(hub_url: HubSer
 
 
 @pytest.mark.parametrize("repo, revision, status, message", [
-    ("t/missing", "main", hub.NOT_FOUND, "repository not found (if it is private, set HF_TOKEN"),
+    ("t/missing", "main", hub.NOT_FOUND, "repository not found; if it is private, set HF_TOKEN"),
     ("t/ok", "no-such-branch", hub.NOT_FOUND, "revision not found"),
     ("t/no-config", "main", hub.NOT_FOUND, "tokenizer_config.json not found in the repository"),
     ("t/unauthorized", "main", hub.UNAUTHORIZED, "HTTP 401, not authorized"),
     ("t/private", "main", hub.UNAUTHORIZED, "set HF_TOKEN"),
-    ("t/gated", "main", hub.GATED, "the repo is gated: set HF_TOKEN"),
+    ("t/gated", "main", hub.GATED, "the repo is gated; set HF_TOKEN"),
     ("t/broken", "main", hub.SERVER_ERROR, "the Hub answered HTTP 500 for tokenizer_config.json"),
     ("t/slow", "main", hub.TIMEOUT, "no answer from the Hub for tokenizer_config.json in time"),
     ("t/huge", "main", hub.TOO_LARGE, f"tokenizer_config.json is {hub.MAX_FILE_BYTES + 1} bytes, over the"),

@@ -156,7 +156,8 @@ def render_table(report: dict[str, Any]) -> Any:
 
     styles = {"starts": "green", "fails": "red", "UNMET": "bold red", "met": "green", "ok": "green"}
     table = Table(title=f"response_template audit ({report['target']} hf parser)", show_lines=False)
-    for column in ("checkpoint", "revision", "status", "metadata", "template", "tool hf", "reasoning hf", "both", "expect"):
+    table.add_column("checkpoint", no_wrap=True)
+    for column in ("revision", "status", "metadata", "template", "tool hf", "reasoning hf", "both", "expect"):
         table.add_column(column, overflow="fold")
     for checkpoint in report["checkpoints"]:
         cells = [
