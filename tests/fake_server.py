@@ -12,7 +12,8 @@ real vLLM). The scenario is the content of the request's last user message:
 * `http-500`: HTTP 500 before anything is sent;
 * `stall`: the role chunk, then nothing for `stall_seconds`;
 * `refuse`: HTTP 400 with a vLLM-style error body (param `tool_choice`);
-* `no-done`: a complete stream without the final `data: [DONE]`.
+* `no-done`: a complete stream without the final `data: [DONE]`;
+* `plain`: just the content "It is sunny." and no tool call (a model that ignores the tools).
 
 `requests` records every JSON body received, in order.
 """
@@ -69,6 +70,18 @@ def good_stream(incremental: bool = False) -> list[dict[str, Any]]:
     ]
 
 
+PLAIN = "It is sunny."
+
+
+def plain_stream() -> list[dict[str, Any]]:
+    return [chunk({"role": "assistant", "content": ""}), chunk({"content": PLAIN}), chunk({}, "stop")]
+
+
+def plain_response() -> dict[str, Any]:
+    message = {"role": "assistant", "content": PLAIN, "reasoning": None}
+    return {**good_response(), "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+
+
 def good_response() -> dict[str, Any]:
     return {
         "id": "chatcmpl-fake",
@@ -118,7 +131,7 @@ class FakeServer:
                 if not body.get("stream"):
                     if scenario == "garbage":
                         return self._raw(200, b"{not json", "application/json")
-                    return self._json(200, good_response())
+                    return self._json(200, plain_response() if scenario == "plain" else good_response())
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
@@ -152,7 +165,10 @@ class FakeServer:
         """The bytes to send, in order; None means: stall."""
         chunks = good_stream(incremental=scenario == "ok-incremental")
         done = b"data: [DONE]\n\n"
-        if scenario in ("ok", "ok-incremental"):
+        if scenario == "plain":
+            yield from (self._event(c) for c in plain_stream())
+            yield done
+        elif scenario in ("ok", "ok-incremental"):
             yield from (self._event(c) for c in chunks)
             yield done
         elif scenario == "no-done":

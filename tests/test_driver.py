@@ -185,3 +185,38 @@ def test_cli_run_usage_errors(cases_dir, capsys):
     assert "unknown case id(s): nope" in capsys.readouterr().err
     assert main(["run", "--launch", "nope"]) == 2
     assert "unknown profile 'nope'" in capsys.readouterr().err
+
+
+def test_natural_mode_counts_model_misses_apart_and_reports_pass_at_k(tmp_path):
+    cases = list(load_cases(tmp_path, """
+- id: asks-weather
+  description: Asked for the weather, a capable model calls the weather tool by itself.
+  features: [tool_call]
+  request:
+    messages: [{role: user, content: ok}]
+    tools: [get_weather]
+  force: "<tool_call>{}</tool_call>"
+  natural: {expect_tool: get_weather}
+  expect:
+    hf: {message: {content: "never compared in natural mode"}, finish_reason: stop}
+- id: ignores-tools
+  description: A model that answers in prose instead of calling the tool is a model miss, not a failure.
+  features: [tool_call]
+  request:
+    messages: [{role: user, content: plain}]
+    tools: [get_weather]
+  natural: {expect_tool: get_weather}
+  expect:
+    hf: {message: {content: "never compared in natural mode"}, finish_reason: stop}
+""").values())
+    with fake_server() as server:
+        target = Target(base_url=server.base_url, model="fake", profile="hf")
+        output = run(cases, target, tmp_path / "out", natural=True, repeat=2)
+    assert all("structured_outputs" not in body for body in server.requests)  # nothing forced
+    assert len(server.requests) == 8
+    by_case = {(r.case_id, r.outcome, r.model_miss) for r in output.results}
+    assert by_case == {("asks-weather", "pass", False), ("ignores-tools", "skip", True)}
+    summary = output.summary
+    assert (summary.counts["fail"], summary.model_misses) == (0, 4)
+    assert summary.pass_at_k == {"k": 2, "cases": 4, "passed": 2}
+    assert summary.exit_code == 0
