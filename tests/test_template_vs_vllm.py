@@ -5,12 +5,21 @@ in-process with a minimal tokenizer stand-in (`response_template` attribute and 
 transformers exposes them): the engine-config step (`ResponseTemplateReasoningParser`, which runs
 `_serving_template`) and the frontend step (`ParserManager.get_parser` -> `_compose_parser` ->
 `validate_tokenizer_response_template`, then the parser instantiation). No server is needed.
+The stand-in is itself checked: for every variant of the tiny checkpoint, vLLM's decision with the real
+tokenizer (loaded by vLLM's `get_tokenizer`) equals `audit_local` of the directory. Hypothesis adds
+templates the corpus did not think of.
 """
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conformance.audit import audit_local
+from conformance.fixture import VARIANTS, build_fixture
 from conformance.template import StartupVerdict, analyze_template_unbounded, predict_vllm_startup
 from tests.audit_helpers import fixture_tokenizer_configs, mutation_corpus
 
@@ -35,11 +44,13 @@ class TokenizerStandIn:
 
 
 def vllm_decides(tokenizer_config: dict) -> dict[str, StartupVerdict]:
+    return vllm_decides_for(TokenizerStandIn(tokenizer_config))
+
+
+def vllm_decides_for(tokenizer: object) -> dict[str, StartupVerdict]:
     """vLLM 0.32's decision per configuration, in its startup order (engine config, then frontend)."""
     from vllm.parser.parser_manager import ParserManager
     from vllm.parser.response_template import ResponseTemplateReasoningParser
-
-    tokenizer = TokenizerStandIn(tokenizer_config)
 
     def engine_config() -> str | None:  # only with --reasoning-parser hf
         try:
@@ -116,3 +127,43 @@ def test_corpus_covers_every_outcome() -> None:
                      "response_template contains unsupported semantic fields",
                      "unhashable type"):
         assert expected in seen, expected
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_audit_local_equals_vllm_with_the_real_tokenizer(variant: str, tmp_path: Path) -> None:
+    from vllm.tokenizers import get_tokenizer
+
+    directory = build_fixture(tmp_path / variant, variant)
+    audit = audit_local(directory)
+    assert audit.status == "ok"
+    assert audit.vllm_0_32 == vllm_decides_for(get_tokenizer(str(directory)))
+
+
+_TEXTS = st.sampled_from(["<a>", "</a>", "<think>", "(x", "(?P<n>\\w+)", "text", "json", "yaml", "xml-inline", "",
+                          "{content}", "call {name}", "\n", "role"])
+_VALUES = st.one_of(
+    _TEXTS, st.booleans(), st.integers(0, 3), st.none(),
+    st.lists(st.one_of(_TEXTS, st.integers(0, 1)), max_size=3),
+    st.dictionaries(st.sampled_from(["type", "function", "name", "arguments"]), _TEXTS, max_size=3),
+)
+_FIELD = st.dictionaries(
+    st.sampled_from(["open", "open_pattern", "close", "close_pattern", "content", "content_args", "repeats", "join",
+                     "optional", "transform", "transform_each", "foo"]),
+    _VALUES, max_size=5,
+)
+_TEMPLATE = st.fixed_dictionaries({}, optional={
+    "version": st.sampled_from([1, 2, "1", 1.0, True]),
+    "defaults": st.sampled_from([{"role": "assistant"}, [], {"tool_calls": []}]),
+    "fields": st.dictionaries(st.sampled_from(["thinking", "content", "tool_calls", "reasoning_content", "citations"]),
+                              _FIELD, max_size=4),
+    "start_anchor": _VALUES,
+    "start_anchor_pattern": _VALUES,
+    "extra": st.just(1),
+})
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(template=st.one_of(_TEMPLATE, _VALUES))
+def test_generated_templates_prediction_equals_vllm(template: object) -> None:
+    tokenizer_config = {"response_template": template}
+    assert analyze_template_unbounded(tokenizer_config).vllm_0_32 == vllm_decides(tokenizer_config)
