@@ -123,9 +123,9 @@ def _message_from_responses_json(response: Mapping[str, Any]) -> Message:
             content += [part.get("text") for part in item.get("content") or [] if part.get("type") == "output_text"]
         elif kind == "function_call":
             calls.append(ToolCall(item.get("name"), item.get("arguments"), item.get("call_id"), "function"))
+    # The response status (completed, incomplete, ...) stands in for finish_reason (cases/README.md).
     status = response.get("status")
-    finish = {"incomplete": "length", "failed": "error"}.get(status or "", "tool_calls" if calls else "stop")
-    return Message(_join(reasoning), _join(content), calls, finish, {"reasoning"} if _join(reasoning) else set())
+    return Message(_join(reasoning), _join(content), calls, status, {"reasoning"} if _join(reasoning) else set())
 
 
 def response_message(transcript: Transcript) -> Message | None:

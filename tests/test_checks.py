@@ -382,7 +382,7 @@ def test_responses_api_output_items_map_to_the_message_shape():
     ]}  # fmt: skip
     transcript = Transcript("c", "non-stream", "hf", "responses", STAMP, {}, status=200, response=response)
     message = response_message(transcript)
-    assert (message.reasoning, message.content, message.finish_reason) == ("plan", "Hi", "tool_calls")
+    assert (message.reasoning, message.content, message.finish_reason) == ("plan", "Hi", "completed")
     assert [(c.name, c.arguments) for c in message.tool_calls] == [("get_weather", '{"city": "A"}')]
     events = [{"type": "response.created"}, {"type": "response.function_call_arguments.delta", "output_index": 2},
               {"type": "response.completed", "response": response}]
@@ -390,7 +390,7 @@ def test_responses_api_output_items_map_to_the_message_shape():
     assert read_stream(stream).message.tool_calls == message.tool_calls
     incomplete = {**response, "status": "incomplete"}
     transcript.response = incomplete
-    assert response_message(transcript).finish_reason == "length"
+    assert response_message(transcript).finish_reason == "incomplete"
 
 
 def test_a_refusal_is_judged_in_natural_mode_too(cases):
