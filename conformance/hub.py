@@ -72,9 +72,8 @@ class FetchError(Exception):
 
 def read_json_file(path: Path, name: str) -> Any:
     """Parse a checkpoint JSON file; oversize or invalid JSON become FetchErrors naming file and position."""
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise FetchError(TOO_LARGE, f"{name} is {size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+    if failure := _too_large(name, path.stat().st_size):
+        raise failure
     text = path.read_bytes().decode("utf-8", errors="replace")
     try:
         return json.loads(text)
@@ -137,13 +136,21 @@ def _cached(repo: str, filename: str, revision: str, settings: HubSettings) -> P
     return Path(found) if isinstance(found, str) else None
 
 
-def _download(repo: str, filename: str, revision: str, settings: HubSettings) -> Path:
+def _too_large(filename: str, size: int | None) -> FetchError | None:
+    if size is not None and size > MAX_FILE_BYTES:
+        return FetchError(TOO_LARGE, f"{filename} is {size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+    return None
+
+
+def _download(repo: str, filename: str, revision: str, settings: HubSettings, check_size: bool = True) -> Path:
+    """hf_hub_download into the cache; with `check_size`, a dry run first so an oversize file is never fetched."""
     from huggingface_hub import hf_hub_download
 
-    return Path(hf_hub_download(
-        repo, filename, revision=revision, cache_dir=settings.cache_dir, endpoint=settings.endpoint,
-        token=settings.token, etag_timeout=settings.timeout,
-    ))
+    options = dict(revision=revision, cache_dir=settings.cache_dir, endpoint=settings.endpoint,
+                   token=settings.token, etag_timeout=settings.timeout)
+    if check_size and (failure := _too_large(filename, hf_hub_download(repo, filename, dry_run=True, **options).file_size)):
+        raise failure
+    return Path(hf_hub_download(repo, filename, **options))
 
 
 def _fetch_tokenizer_config(repo: str, revision: str, settings: HubSettings) -> Path:
@@ -161,9 +168,9 @@ def _fetch_tokenizer_config(repo: str, revision: str, settings: HubSettings) -> 
     # One HEAD without retries: a quick, precise failure kind, and the size before any download.
     url = hf_hub_url(repo, TOKENIZER_CONFIG, revision=revision, endpoint=settings.endpoint)
     metadata = get_hf_file_metadata(url, token=settings.token, timeout=settings.timeout, endpoint=settings.endpoint)
-    if metadata.size is not None and metadata.size > MAX_FILE_BYTES:
-        raise FetchError(TOO_LARGE, f"{TOKENIZER_CONFIG} is {metadata.size} bytes, over the {MAX_FILE_BYTES}-byte limit")
-    return _download(repo, TOKENIZER_CONFIG, revision, settings)
+    if failure := _too_large(TOKENIZER_CONFIG, metadata.size):
+        raise failure
+    return _download(repo, TOKENIZER_CONFIG, revision, settings, check_size=False)
 
 
 def _fetch_optional(repo: str, filename: str, commit: str, settings: HubSettings) -> Path | None:

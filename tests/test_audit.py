@@ -176,3 +176,13 @@ def test_every_checkpoint_is_on_disk_as_soon_as_it_is_audited(tmp_path: Path) ->
     assert final["checkpoints"] == partial_lines
     assert not writer.partial_path.exists()
     assert (final["complete"], final["summary"]) == (True, {"checkpoints": 2, "ok": 1, "failed": 1, "unmet_expectations": 0})
+
+
+def test_benchmark_runs_and_the_warm_run_makes_no_request() -> None:
+    completed = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "benchmarks" / "audit_benchmark.py"), "--count", "20", "--latency", "0.01"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    warm = next(line for line in completed.stdout.splitlines() if line.startswith("warm cache:"))
+    assert "(0 HTTP requests, 20 audited ok)" in warm

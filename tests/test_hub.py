@@ -31,6 +31,7 @@ def hub_url() -> Iterator[HubServer]:
         server.add_repo("t/cut-once", {"tokenizer_config.json": CONFIG}, mode=hub_server.TRUNCATED_ONCE)
         server.add_repo("t/cut", {"tokenizer_config.json": CONFIG}, mode=hub_server.TRUNCATED)
         server.add_repo("t/huge", {"tokenizer_config.json": b" " * (hub.MAX_FILE_BYTES + 1)})
+        server.add_repo("t/huge-template", {"tokenizer_config.json": CONFIG, "chat_template.jinja": b"x" * (hub.MAX_FILE_BYTES + 1)})
         server.add_repo("t/bad-json", {"tokenizer_config.json": '{\n  "a": 1,\n}\n'})
         server.add_repo("t/list-json", {"tokenizer_config.json": "[1, 2]"})
         server.add_repo("t/bad-chat-json", {"tokenizer_config.json": CONFIG, "chat_template.json": "{oops"})
@@ -116,10 +117,12 @@ def test_failures_are_states_with_clear_messages(hub_url: HubServer, tmp_path: P
     assert time.monotonic() - started < 3  # no multi-second retry loops on a failure we can name
 
 
-def test_a_huge_file_is_refused_before_download(hub_url: HubServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("repo, filename", [("t/huge", "tokenizer_config.json"), ("t/huge-template", "chat_template.jinja")])
+def test_a_huge_file_is_refused_before_download(hub_url: HubServer, tmp_path: Path, repo: str, filename: str) -> None:
     hub_url.clear_log()
-    fetch_checkpoint("t/huge", "main", settings(hub_url, tmp_path))
-    assert [r.method for r in hub_url.requests_for("t/huge")] == ["HEAD"]
+    result = fetch_checkpoint(repo, "main", settings(hub_url, tmp_path))
+    assert result.status == hub.TOO_LARGE and result.error.startswith(f"{filename} is ")
+    assert not [r for r in hub_url.requests_for(repo) if r.method == "GET" and r.path.endswith(filename)]
 
 
 def test_token_is_sent_and_never_shown(hub_url: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
