@@ -356,6 +356,14 @@ def _slow_pattern(compiled: Any, source: str) -> bool:
     return False
 
 
+def _slow_regex(where: str) -> Finding:
+    return Finding(
+        "slow-regex",
+        f"{where}: a search took over {REGEX_SEARCH_TIMEOUT_S}s on a {_PROBE_RUN_LENGTH}-character input "
+        "(catastrophic backtracking); vLLM runs this pattern on model output",
+    )
+
+
 def _regex_findings(loaded: _Loaded) -> list[Finding]:
     findings = []
     anchors = [("start_anchor_pattern", loaded.start_anchor)]
@@ -363,11 +371,7 @@ def _regex_findings(loaded: _Loaded) -> list[Finding]:
         anchors += [(f"fields.{built.name}.open_pattern", built.open), (f"fields.{built.name}.close_pattern", built.close)]
     for where, anchor in anchors:
         if anchor.source is not None and _slow_pattern(anchor.compiled, anchor.source):
-            findings.append(Finding(
-                "slow-regex",
-                f"{where}: a search took over {REGEX_SEARCH_TIMEOUT_S}s on a {_PROBE_RUN_LENGTH}-character input "
-                "(catastrophic backtracking); vLLM runs this pattern on every generated chunk",
-            ))
+            findings.append(_slow_regex(where))
     for built in loaded.fields.values():
         tag_pattern = built.content_args.get("tag_pattern") if isinstance(built.content_args, dict) else None
         if built.content != "xml-inline" or tag_pattern is None:
@@ -379,10 +383,13 @@ def _regex_findings(loaded: _Loaded) -> list[Finding]:
             findings.append(Finding("bad-tag-pattern", f"{where}: {exc} (vLLM fails only when a response is parsed)"))
             continue
         if _slow_pattern(compiled, tag_pattern):
-            findings.append(Finding(
-                "slow-regex", f"{where}: a search took over {REGEX_SEARCH_TIMEOUT_S}s (catastrophic backtracking)"
-            ))
+            findings.append(_slow_regex(where))
     return findings
+
+
+def _json_type(value: object) -> str:
+    names = {str: "string", list: "array", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
 
 
 def _metadata_key(tokenizer_config: dict) -> str:
@@ -408,7 +415,7 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
     load_error = serving_error = None
     if present and template is None:
         load_error = (
-            f"`response_template` is a JSON {type(tokenizer_config[TEMPLATE_KEY]).__name__}, not an object; "
+            f"`response_template` is a JSON {_json_type(tokenizer_config[TEMPLATE_KEY])}, not an object; "
             "vLLM 0.32 treats it as missing"
         )
         findings.append(Finding("template-not-object", load_error))

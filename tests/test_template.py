@@ -162,12 +162,12 @@ def test_defaults_other_than_role_are_unsupported_semantic_fields() -> None:
         "['tool_calls']. Supported fields are: ['content', 'thinking', 'tool_calls']")
 
 
-@pytest.mark.parametrize("value", ["{\"fields\": {}}", ["x"], None, 3])
-def test_a_template_that_is_not_an_object_counts_as_missing(value: object) -> None:
+@pytest.mark.parametrize("value, json_type", [("{\"fields\": {}}", "string"), (["x"], "array"), (None, "null"), (3, "number")])
+def test_a_template_that_is_not_an_object_counts_as_missing(value: object, json_type: str) -> None:
     config = {"response_template": value}
     analysis = analyze_template(config)
     assert (analysis.present, analysis.valid) == (True, False)
-    assert "not an object; vLLM 0.32 treats it as missing" in analysis.error
+    assert analysis.error == f"`response_template` is a JSON {json_type}, not an object; vLLM 0.32 treats it as missing"
     assert [f.code for f in analysis.findings] == ["template-not-object"]
     assert set(outcomes(config).values()) == {MISSING}
 
