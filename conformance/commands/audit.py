@@ -20,6 +20,10 @@ message when it does not). vLLM itself is not needed.
 Checkpoints come from REPO[@REVISION] arguments, --checkpoints FILE (default: ./checkpoints.yaml when no
 checkpoint is named) and --local DIR. Hub access uses huggingface_hub and honours HF_TOKEN, HF_ENDPOINT,
 HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE; a commit already in the cache costs no request.
+
+Exit 1 when a checkpoint misses its `expect`, or its files are broken (invalid JSON, over 5 MB, a template
+too expensive to analyse); exit 2 when a checkpoint cannot be reached (not found, unauthorized, gated, Hub
+error, timeout, network, not cached while offline) or on bad input.
 """
 
 
