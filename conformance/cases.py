@@ -30,6 +30,8 @@ DEFAULT_CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
 FEATURES_FILE = "features.txt"
 SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "case.schema.json"
 
+CHAT_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter"})
+RESPONSES_STATUSES = frozenset({"completed", "incomplete"})
 MIN_DESCRIPTION_WORDS = 6
 MESSAGE_FIELDS = ("reasoning", "content", "tool_calls")
 
@@ -350,10 +352,20 @@ def _semantic_issues(
     natural_tool = (raw.get("natural") or {}).get("expect_tool")
     if natural_tool is not None and natural_tool not in request_tool_names:
         yield locator.issue([*at, "natural", "expect_tool"], f"{natural_tool!r} is not among the request's tools")
-    for profile in raw["expect"]:
+    endpoint = raw.get("endpoint", "chat")
+    allowed = CHAT_FINISH_REASONS if endpoint == "chat" else RESPONSES_STATUSES
+    for profile, expectation in raw["expect"].items():
         if profile not in PROFILES:
             yield locator.issue([*at, "expect", profile], f"expectation for unknown profile {profile!r} "
                                 f"(known: {', '.join(PROFILES)})", severity="warning")
+        for path, value in (
+            (["finish_reason"], expectation.get("finish_reason")),
+            (["stream", "finish_reason"], (expectation.get("stream") or {}).get("finish_reason")),
+        ):
+            if value is not None and value not in allowed:
+                yield locator.issue([*at, "expect", profile, *path],
+                                    f"{value!r} is not a valid {'finish_reason' if endpoint == 'chat' else 'status'} "
+                                    f"for endpoint {endpoint} (use one of {', '.join(sorted(allowed))})")
 
 
 def _build_case(raw: dict[str, Any], index: int, tools: Mapping[str, Any], source: Path, line: int) -> Case:
