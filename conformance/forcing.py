@@ -12,7 +12,8 @@ checks, through the server's own `/tokenize` and `/detokenize` endpoints, that t
 decode to `raw_text` (a trailing stop token is allowed) and that every marker occurring in the text
 (`<think>`, `</tool_call>`, ...) is a single token and was emitted as that token each time. It
 returns the list of problems (empty: canonical) so callers can record them. `token_ids_of(response)`
-and `token_ids_of_stream(chunks)` collect the ids from a response / from stream chunks (JSON dicts).
+and `token_ids_of_stream(chunks)` collect the ids from a response / from stream chunks (JSON dicts);
+`tokenize` / `detokenize` call the server's tokenizer endpoints.
 
 `ForcingUnsupported` says why a server cannot force (no `token_ids` returned, request refused,
 text not honoured): the case is then skipped with that reason, never passed.
@@ -84,14 +85,14 @@ def verify_forced_output(
     if token_ids is None:
         raise ForcingUnsupported("the server returned no token_ids (it does not support vLLM's return_token_ids)")
     problems: list[str] = []
-    decoded = _detokenize(root_url, model, token_ids)
-    if decoded != raw_text and not (token_ids and _detokenize(root_url, model, token_ids[:-1]) == raw_text):
+    decoded = detokenize(root_url, model, token_ids)
+    if decoded != raw_text and not (token_ids and detokenize(root_url, model, token_ids[:-1]) == raw_text):
         problems.append(f"the output is not the forced text: expected {raw_text!r}, got {decoded!r}")
     for marker in markers:
         occurrences = raw_text.count(marker)
         if not occurrences:
             continue
-        marker_ids = _tokenize(root_url, model, marker)
+        marker_ids = tokenize(root_url, model, marker)
         if len(marker_ids) != 1:
             problems.append(f"marker {marker!r} is not a single token in this tokenizer: {marker_ids}")
             continue
@@ -123,12 +124,14 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120) -> None:
         raise ForcingUnsupported("the server did not honour a forced output: " + "; ".join(problems))
 
 
-def _tokenize(root_url: str, model: str, text: str) -> list[int]:
+def tokenize(root_url: str, model: str, text: str) -> list[int]:
+    """Token ids of `text` from the server's own tokenizer (no special tokens added)."""
     body = {"model": model, "prompt": text, "add_special_tokens": False}
     return list(_tokenizer_endpoint(root_url + "/tokenize", body)["tokens"])
 
 
-def _detokenize(root_url: str, model: str, token_ids: Sequence[int]) -> str:
+def detokenize(root_url: str, model: str, token_ids: Sequence[int]) -> str:
+    """Text of `token_ids` from the server's own tokenizer."""
     return _tokenizer_endpoint(root_url + "/detokenize", {"model": model, "tokens": list(token_ids)})["prompt"]
 
 

@@ -1,0 +1,159 @@
+"""Forcing exact raw outputs: the regex, the token-id checks, and the reasons a server cannot force."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import re
+import threading
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conformance.forcing import (
+    ForcingUnsupported,
+    exact_regex,
+    forcing_extra_body,
+    probe_forcing,
+    tokenize,
+    token_ids_of,
+    token_ids_of_stream,
+    verify_forced_output,
+)
+from tests.server_helpers import chat, chat_stream
+
+# -- fast tier ------------------------------------------------------------------------------------
+
+
+@given(st.text(alphabet=st.characters(blacklist_characters="\x00")))
+def test_the_regex_matches_exactly_the_raw_text(raw_text: str) -> None:
+    pattern = re.compile(exact_regex(raw_text), re.DOTALL)
+    assert pattern.fullmatch(raw_text)
+    assert not pattern.fullmatch(raw_text + "x")
+    assert not raw_text or not pattern.fullmatch(raw_text[:-1])
+
+
+def test_a_nul_character_cannot_be_forced() -> None:
+    with pytest.raises(ValueError, match="NUL"):
+        forcing_extra_body("a\x00b")
+
+
+def test_extra_body_asks_for_the_regex_and_the_token_ids() -> None:
+    body = forcing_extra_body("<think>\n</think>")
+    assert body == {"structured_outputs": {"regex": exact_regex("<think>\n</think>")}, "return_token_ids": True}
+
+
+def test_token_ids_are_collected_from_responses_and_streams() -> None:
+    assert token_ids_of({"choices": [{"index": 0, "token_ids": [1, 2]}]}) == [1, 2]
+    assert token_ids_of({"choices": [{"index": 0, "message": {}}]}) is None
+    chunks = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant"}, "token_ids": []}]},
+        {"choices": [{"index": 0, "delta": {"content": "a"}, "token_ids": [5, 6]}]},
+        {"choices": [{"index": 1, "delta": {"content": "b"}, "token_ids": [9]}]},
+        {"choices": [], "usage": {}},
+        {"choices": [{"index": 0, "delta": {}, "token_ids": [7]}]},
+    ]
+    assert token_ids_of_stream(chunks) == [5, 6, 7]
+    assert token_ids_of_stream(chunks, choice=1) == [9]
+    assert token_ids_of_stream([{"choices": [{"index": 0, "delta": {"content": "a"}}]}]) is None
+
+
+def test_no_token_ids_means_forcing_cannot_be_verified() -> None:
+    with pytest.raises(ForcingUnsupported, match="no token_ids"):
+        verify_forced_output("http://127.0.0.1:9", "m", "text", None)
+
+
+class FakeServer(http.server.BaseHTTPRequestHandler):
+    """A server that is not vLLM: answers POSTs from the class-level `routes` (path -> (status, body))."""
+
+    routes: dict[str, tuple[int, dict]] = {}
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        status, body = self.routes.get(self.path, (404, {"detail": "Not Found"}))
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_server() -> Iterator[tuple[str, dict]]:
+    routes: dict[str, tuple[int, dict]] = {}
+    handler = type("Handler", (FakeServer,), {"routes": routes})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", routes
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_server_refusing_structured_outputs_cannot_force(fake_server) -> None:
+    url, routes = fake_server
+    routes["/v1/chat/completions"] = (400, {"error": {"message": "Unrecognized request argument: structured_outputs"}})
+    with pytest.raises(ForcingUnsupported, match="HTTP 400.*Unrecognized request argument: structured_outputs"):
+        probe_forcing(url, "m")
+
+
+def test_a_server_without_token_ids_cannot_force(fake_server) -> None:
+    url, routes = fake_server
+    routes["/v1/chat/completions"] = (200, {"choices": [{"index": 0, "message": {"content": "ok"}}]})
+    with pytest.raises(ForcingUnsupported, match="no token_ids"):
+        probe_forcing(url, "m")
+
+
+def test_a_server_without_tokenizer_endpoints_cannot_verify(fake_server) -> None:
+    url, routes = fake_server
+    routes["/v1/chat/completions"] = (200, {"choices": [{"index": 0, "token_ids": [1, 2]}]})
+    with pytest.raises(ForcingUnsupported, match="no detokenize endpoint"):
+        probe_forcing(url, "m")
+
+
+# -- real vLLM ------------------------------------------------------------------------------------
+
+METACHARACTERS = 'Tricky: a.b*c+?^$|\\ (x)[y]{z} - / # & ~ "q" \t tab, ü, 日本'
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("stream", [False, True], ids=["non-stream", "stream"])
+def test_regex_metacharacters_are_forced_verbatim(hf_server, stream: bool) -> None:
+    request = {
+        "model": hf_server.model,
+        "messages": [{"role": "user", "content": "Say something."}],
+        "temperature": 0,
+        **forcing_extra_body(METACHARACTERS),
+    }
+    ids = token_ids_of_stream(chat_stream(hf_server, request)) if stream else token_ids_of(chat(hf_server, request))
+    assert verify_forced_output(hf_server.root_url, hf_server.model, METACHARACTERS, ids) == []
+
+
+@pytest.mark.vllm
+def test_a_marker_spelled_with_several_tokens_is_reported(hf_server) -> None:
+    pieces = [tokenize(hf_server.root_url, hf_server.model, piece) for piece in ("ok", "</", "think", ">")]
+    spelled = [token for piece in pieces for token in piece]
+    problems = verify_forced_output(hf_server.root_url, hf_server.model, "ok</think>", spelled)
+    assert len(problems) == 1 and "'</think>'" in problems[0] and "emitted 0 time(s)" in problems[0]
+
+
+@pytest.mark.vllm
+def test_other_text_than_the_forced_one_is_reported(hf_server) -> None:
+    problems = verify_forced_output(
+        hf_server.root_url, hf_server.model, "Hello", tokenize(hf_server.root_url, hf_server.model, "Help")
+    )
+    assert problems == ["the output is not the forced text: expected 'Hello', got 'Help'"]
+
+
+@pytest.mark.vllm
+def test_both_profiles_can_force(hf_server, legacy_server) -> None:
+    for server in (hf_server, legacy_server):
+        probe_forcing(server.root_url, server.model)
