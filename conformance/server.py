@@ -7,12 +7,18 @@ in its own process group with the profile's flags, the settings that work on sma
 A server that exits during start-up raises `ServerStartError` carrying the server's own error line
 (e.g. "The hf parser requires `response_template` metadata in the tokenizer configuration");
 so does one that is not healthy in time. On leaving the block (normally, on an exception, on
-Ctrl-C) the whole process tree is stopped: SIGTERM, then SIGKILL after a grace period.
+Ctrl-C) the whole process tree is stopped: SIGTERM, then SIGKILL after a grace period. If the
+launching process itself dies, Linux sends the server SIGTERM (PR_SET_PDEATHSIG).
+
+`start(profile, model)` starts a server without waiting (a `ServerProcess`: `wait_until_healthy()`
+returns the `Server`, `stop()` stops the tree), so several servers can boot at once.
+`find_server_error(log_text)` picks the telling error line out of a vLLM log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import re
@@ -65,6 +71,7 @@ COMMON_SERVER_ARGS: tuple[str, ...] = (
 SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB of KV cache on CPU builds; the default is far larger
 STOP_GRACE_SECONDS = 15.0
 POLL_SECONDS = 0.5
+PR_SET_PDEATHSIG = 1  # prctl(2) option
 
 
 class ServerStartError(RuntimeError):
@@ -104,6 +111,14 @@ class Server:
             "version": self.version,
             "args": list(self.args),
         }
+
+
+def _terminate_when_parent_dies() -> None:
+    """In the child before exec (Linux): the kernel sends SIGTERM if the launching process dies
+    without stopping the server (kill -9, a crash), so a server is never orphaned. vLLM then shuts
+    down its engine processes itself, as on any SIGTERM."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def resolve_profile(profile: Profile | str) -> Profile:
@@ -149,6 +164,7 @@ class ServerProcess:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, **SERVER_ENV},
                 start_new_session=True,  # its own process group: Ctrl-C reaches only us, and we stop the group
+                preexec_fn=_terminate_when_parent_dies if sys.platform.startswith("linux") else None,
             )
 
     @property
@@ -207,6 +223,9 @@ def start(
     python: str | Path | None = None,
 ) -> ServerProcess:
     """Start a server without waiting (several can start at once). The caller must `stop` it.
+
+    Call it from a thread that outlives the server (e.g. the main thread): on Linux the server is
+    sent SIGTERM when the thread that started it exits.
 
     `python` is the interpreter that has vLLM installed (default: this one). The log goes to
     `log_dir/vllm-<profile>-<port>.log` (default: a fresh temporary directory).

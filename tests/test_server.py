@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -174,6 +175,28 @@ def test_processes_that_ignore_sigterm_are_killed(fake_python) -> None:
     finally:
         server_process.stop(grace=1)
     assert_all_gone(found)
+
+
+def test_the_server_is_terminated_when_the_launching_process_dies(fake_python) -> None:
+    python, pids = fake_python("serve")
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from conformance.server import start; "
+         f"start('hf', 'm', python={str(python)!r}).wait_until_healthy(30); print('up', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert launcher.stdout.readline() == "up\n"
+        server_pid, child_pid = wait_for_pids(pids, 2)
+        launcher.kill()  # SIGKILL: no finally block runs in the launcher
+        launcher.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while pid_alive(server_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not pid_alive(server_pid)
+    finally:
+        for pid in wait_for_pids(pids, 2):  # the fake's own child is the fake's business; vLLM stops its engine
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_serve_command_reports_the_server_error_line(fake_python, tmp_path: Path) -> None:
