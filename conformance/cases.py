@@ -500,10 +500,13 @@ def _schema_problems(data: Any) -> Iterator[tuple[list[str | int], str]]:
             parent = _at_path(data, at)
             keys = [key for key in _FORBIDDEN_KEYS if isinstance(parent, dict) and parent.get(key, ()) is error.instance]
             yield [*at, *keys[:1]], "key not allowed here" if keys else _one_line(error.message)
-        elif error.validator == "additionalProperties":
-            yield at, _one_line(error.message).replace("Additional properties are not allowed", "unknown key(s)")
-        elif error.validator == "required":
-            yield at, _one_line(error.message).replace("is a required property", "is required")
+        elif error.validator == "additionalProperties" and error.validator_value is False:
+            known = error.schema.get("properties", {})
+            for key in error.instance:
+                if key not in known:
+                    yield [*at, key], f"unknown key {key!r} (allowed here: {', '.join(known)})"
+        elif error.validator == "required" and (missing := re.match(r"^'(.*)' is a required property$", error.message)):
+            yield [*at, missing.group(1)], "required key is missing"
         elif error.validator in ("oneOf", "anyOf") and all(set(sub) == {"required"} for sub in error.validator_value):
             yield at, "give exactly one of " + " or ".join(f"`{sub['required'][0]}`" for sub in error.validator_value)
         elif error.validator == "anyOf" and "tools" in at:
