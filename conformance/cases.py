@@ -316,56 +316,72 @@ def _check_file(path: Path, features: Mapping[str, str]) -> tuple[list[Case], li
                                         f"{tool['function']['name']!r}"))
     cases = []
     for index, raw in enumerate(data["cases"]):
-        if index in invalid_cases:
-            continue
         case_issues = list(_semantic_issues(raw, index, tools, features, locator))
         issues.extend(case_issues)
-        if not any(issue.severity == "error" for issue in case_issues):
+        if index not in invalid_cases and not any(issue.severity == "error" for issue in case_issues):
             cases.append(_build_case(raw, index, tools, path, _node_line(node, ["cases", index]) or 0))
-    return cases, issues
+    return cases, sorted(issues, key=lambda issue: issue.line or 0)
 
 
 def _semantic_issues(
-    raw: dict[str, Any], index: int, tools: Mapping[str, Any], features: Mapping[str, str], locator: _Locator
+    raw: Any, index: int, tools: Mapping[str, Any], features: Mapping[str, str], locator: _Locator
 ) -> Iterator[Issue]:
-    """Rules the schema cannot express, for one schema-valid case."""
+    """Rules the schema cannot express. Tolerates schema-invalid parts, so a case that breaks the
+    schema still gets these findings too (the linter reports everything in one pass)."""
+    if not isinstance(raw, dict):
+        return
     at = ["cases", index]
-    for position, tag in enumerate(raw["features"]):
-        if tag not in features:
+    for position, tag in enumerate(_list(raw.get("features"))):
+        if isinstance(tag, str) and tag not in features:
             yield locator.issue([*at, "features", position], f"unknown feature {tag!r} (not in {FEATURES_FILE})")
-    description = " ".join(raw["description"].split())
-    if description.lower().replace(" ", "-") == raw["id"] or description.lower() == raw["id"].replace("-", " "):
-        yield locator.issue([*at, "description"], "description repeats the id; state the behaviour instead")
-    elif len(description.split()) < MIN_DESCRIPTION_WORDS:
-        yield locator.issue([*at, "description"], f"description too short ({len(description.split())} words): "
-                            f"state the behaviour in at least {MIN_DESCRIPTION_WORDS} words")
+    description, case_id = raw.get("description"), raw.get("id")
+    if isinstance(description, str):
+        words = description.split()
+        if isinstance(case_id, str) and _words_of(description) == _words_of(case_id):
+            yield locator.issue([*at, "description"], "description repeats the id; state the behaviour instead")
+        elif len(words) < MIN_DESCRIPTION_WORDS:
+            yield locator.issue([*at, "description"], f"description too short ({len(words)} words): "
+                                f"state the behaviour in at least {MIN_DESCRIPTION_WORDS} words")
+    request = raw.get("request") if isinstance(raw.get("request"), dict) else {}
     request_tool_names = set()
-    for position, tool in enumerate(raw["request"].get("tools", [])):
+    for position, tool in enumerate(_list(request.get("tools"))):
         if isinstance(tool, str):
             if tool not in tools:
                 known = ", ".join(sorted(tools)) or "none"
                 yield locator.issue([*at, "request", "tools", position],
                                     f"unknown tool name {tool!r} (tools of this file: {known})")
             request_tool_names.add(tool)
-        else:
-            request_tool_names.add(tool["function"]["name"])
-    natural_tool = (raw.get("natural") or {}).get("expect_tool")
+        elif isinstance(tool, dict) and isinstance(tool.get("function"), dict):
+            request_tool_names.add(tool["function"].get("name"))
+    natural = raw.get("natural") if isinstance(raw.get("natural"), dict) else {}
+    natural_tool = natural.get("expect_tool")
     if natural_tool is not None and natural_tool not in request_tool_names:
         yield locator.issue([*at, "natural", "expect_tool"], f"{natural_tool!r} is not among the request's tools")
     endpoint = raw.get("endpoint", "chat")
-    allowed = CHAT_FINISH_REASONS if endpoint == "chat" else RESPONSES_STATUSES
-    for profile, expectation in raw["expect"].items():
+    allowed = RESPONSES_STATUSES if endpoint == "responses" else CHAT_FINISH_REASONS
+    expect = raw.get("expect") if isinstance(raw.get("expect"), dict) else {}
+    for profile, expectation in expect.items():
         if profile not in PROFILES:
             yield locator.issue([*at, "expect", profile], f"expectation for unknown profile {profile!r} "
                                 f"(known: {', '.join(PROFILES)})", severity="warning")
-        for path, value in (
-            (["finish_reason"], expectation.get("finish_reason")),
-            (["stream", "finish_reason"], (expectation.get("stream") or {}).get("finish_reason")),
-        ):
-            if value is not None and value not in allowed:
-                yield locator.issue([*at, "expect", profile, *path],
-                                    f"{value!r} is not a valid {'finish_reason' if endpoint == 'chat' else 'status'} "
-                                    f"for endpoint {endpoint} (use one of {', '.join(sorted(allowed))})")
+        if not isinstance(expectation, dict):
+            continue
+        stream = expectation.get("stream") if isinstance(expectation.get("stream"), dict) else {}
+        for path, value in ((["finish_reason"], expectation.get("finish_reason")),
+                            (["stream", "finish_reason"], stream.get("finish_reason"))):  # fmt: skip
+            if value in CHAT_FINISH_REASONS | RESPONSES_STATUSES and value not in allowed:  # others: schema
+                what = "status" if endpoint == "responses" else "finish_reason"
+                yield locator.issue([*at, "expect", profile, *path], f"{value!r} is not a valid {what} for endpoint "
+                                    f"{endpoint} (use one of {', '.join(sorted(allowed))})")
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _words_of(text: str) -> list[str]:
+    """Lower-case words, hyphens counting as spaces: how a description is compared with an id."""
+    return text.lower().replace("-", " ").split()
 
 
 def _build_case(raw: dict[str, Any], index: int, tools: Mapping[str, Any], source: Path, line: int) -> Case:

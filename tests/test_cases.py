@@ -469,3 +469,15 @@ def test_readme_example_is_a_valid_case_file(tmp_path: Path) -> None:
     result = check_suite(write_suite(tmp_path, {"example.yaml": textwrap.dedent(example)}))
     assert result.errors == [], [str(e) for e in result.errors]
     assert [case.id for case in result.cases] == ["reasoning-then-one-call"]
+
+
+def test_one_pass_reports_schema_and_registry_problems_of_the_same_case(tmp_path: Path) -> None:
+    def several(data: dict) -> None:
+        case = data["cases"][0]
+        case["features"].append("telepathy")
+        case["request"]["tools"].append("nope")
+        case["expect"]["hf"]["message"]["content"] = 3
+
+    errors = check_suite(bad_suite(tmp_path, several)).errors
+    assert [e.field for e in errors] == ["features[2]", "request.tools[1]", "expect.hf.message.content"]
+    assert [e.line for e in errors] == sorted(e.line for e in errors)
