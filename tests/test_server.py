@@ -365,3 +365,24 @@ def test_the_audit_predicts_what_the_real_server_does(variant: str, configuratio
         assert outcome[0] == "fails"
         assert predicted.error and predicted.error in (outcome[1] or ""), (predicted.error, outcome[1])
 
+
+
+@pytest.mark.vllm
+def test_a_real_server_and_its_engine_stop_when_the_launcher_is_killed(tiny_checkpoint: Path) -> None:
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", "import time; from conformance.server import start; "
+         f"server = start('hf', {str(tiny_checkpoint)!r}).wait_until_healthy(); print(server.pid, flush=True); "
+         "time.sleep(900)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        server_pid = int(launcher.stdout.readline())
+        pids = [server_pid, *descendant_pids(server_pid)]
+        assert len(pids) > 1  # the API server and its engine core
+    finally:
+        launcher.kill()  # SIGKILL: nothing in the launcher gets to clean up
+        launcher.wait(timeout=10)
+    deadline = time.monotonic() + 60
+    while any(pid_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert_all_gone(pids)
