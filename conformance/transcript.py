@@ -65,7 +65,11 @@ class Transcript:
         return (self.case_id, self.profile, self.repeat)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # Shallow on purpose: `dataclasses.asdict` deep-copies every request and SSE line (slow).
+        data = dict(self.__dict__)
+        data["server"] = asdict(self.server)
+        data["sse"] = [{"data": line.data, "t": line.t} for line in self.sse]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Transcript:
