@@ -130,7 +130,9 @@ def read_transcripts(path: Path) -> list[Transcript]:
     for number, record in iter_json_lines(path):
         try:
             transcripts.append(Transcript.from_dict(record))
-        except (TypeError, KeyError) as exc:
+        except KeyError as exc:
+            raise TranscriptError(f"{path}:{number}: not a transcript: missing field {exc}") from exc
+        except TypeError as exc:
             raise TranscriptError(f"{path}:{number}: not a transcript: {exc}") from exc
     return transcripts
 

@@ -183,6 +183,8 @@ def test_cli_run_usage_errors(cases_dir, capsys):
     args = ["run", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--profile", "hf"]
     assert main([*args, "--cases", str(cases_dir), "--case", "nope"]) == 2
     assert "unknown case id(s): nope" in capsys.readouterr().err
+    assert main([*args, "--cases", str(cases_dir), "--feature", "nope"]) == 2
+    assert "unknown feature tag(s): nope" in capsys.readouterr().err
     assert main(["run", "--launch", "nope"]) == 2
     assert "unknown profile 'nope'" in capsys.readouterr().err
 

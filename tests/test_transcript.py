@@ -56,7 +56,8 @@ def test_each_record_is_on_disk_before_the_writer_closes(tmp_path):
     [
         ('\n{oops\n', "t.jsonl:2: not valid JSON"),
         ("[1, 2]\n", "t.jsonl:1: expected a JSON object per line"),
-        ('{"case_id": "a"}\n', "t.jsonl:1: not a transcript"),
+        ('{"case_id": "a"}\n', "t.jsonl:1: not a transcript: missing field 'server'"),
+        ('{"case_id": "a", "server": {"bogus": 1}}\n', "t.jsonl:1: not a transcript: .*unexpected keyword argument 'bogus'"),
     ],
 )
 def test_bad_files_are_named_with_the_line(tmp_path, content, message):

@@ -72,7 +72,7 @@ def _usage_error(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from conformance.cases import CaseFileError, load_suite
+    from conformance.cases import CaseFileError, load_features, load_suite
     from conformance.engine import select_cases
 
     if args.base_url and not (args.model and args.profile):
@@ -85,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
     if args.repeat < 1 or args.concurrency < 1:
         return _usage_error("--repeat and --concurrency must be at least 1")
     try:
+        unknown_features = sorted(set(args.feature) - set(load_features(args.cases)))
+        if unknown_features:
+            return _usage_error(f"unknown feature tag(s): {', '.join(unknown_features)} (see cases/features.txt)")
         cases = select_cases(load_suite(args.cases), args.case, args.feature)
     except (CaseFileError, ValueError) as exc:
         return _usage_error(str(exc))
