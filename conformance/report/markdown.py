@@ -60,7 +60,7 @@ def render(results: Sequence[CaseResult], stamp: Mapping[str, Any]) -> str:
     for r in results:
         for c in r.checks:
             if c.kind in ("finding", "schema") and c.outcome != "skip":
-                value = c.actual if c.kind == "finding" and c.actual is not None else c.outcome
+                value = c.actual if c.kind == "finding" and isinstance(c.actual, str) else c.outcome
                 findings[(r.profile, c.name, str(value))] += 1
     lines += _table(["profile", "finding", "value", "results"], [[*key, n] for key, n in sorted(findings.items())])
     notable = [(r, c) for r in results for c in r.checks if c.kind in ("finding", "schema") and c.outcome == "fail"]
