@@ -86,6 +86,7 @@ def test_html_drills_down_to_request_and_raw_stream_escaped():
     assert "&lt;b&gt;hi&lt;/b&gt;" in page and "<b>hi</b>" not in page
     assert "&lt;tool_call&gt;" in page  # the raw stream line
     assert "0.000s" in page and "[DONE]" in page  # arrival times and the terminator
+    assert "Message as a client sees it" in page and "&quot;content&quot;: &quot;&lt;tool_call&gt;&quot;" in page
     assert page.index("stalled[stream]") < page.index("one-call[stream]")  # errors first
     assert "timeout: no complete response within 2s" in page
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from conformance.checks import message_view, read_stream, response_message
 from conformance.results import CaseResult, summarize
 from conformance.report.stamp import stamp_lines
 from conformance.transcript import Transcript
@@ -47,6 +48,9 @@ def _transcript_section(transcript: Transcript | None) -> str:
         parts.append(f"<p class='error'>Transport: {escape(transcript.transport_error)}</p>")
     if transcript.error_body is not None:
         parts += ["<h4>Error body</h4>", _pre(transcript.error_body)]
+    message = read_stream(transcript).message if transcript.sse else response_message(transcript)
+    if message is not None and transcript.status == 200:
+        parts += ["<h4>Message as a client sees it (reassembled)</h4>", _pre(message_view(message))]
     if transcript.sse:
         lines = "\n".join(f"{line.t:9.3f}s  {line.data}" for line in transcript.sse)
         parts += [f"<h4>Raw stream ({len(transcript.sse)} data lines)</h4>", _pre(lines)]
