@@ -85,12 +85,13 @@ class TranscriptError(ValueError):
 
 
 class JsonLinesWriter:
-    """Appends one JSON object per line and flushes it at once (a crash loses nothing written)."""
+    """Starts `path` afresh, then writes one JSON object per line and flushes it at once (a crash
+    loses nothing written)."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file: IO[str] = path.open("a", encoding="utf-8")
+        self._file: IO[str] = path.open("w", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record, ensure_ascii=False) + "\n")

@@ -110,3 +110,12 @@ cases:
     recording.write_text("{broken\n")
     assert main(["recheck", str(recording), "--cases", str(cases)]) == 2
     assert "transcripts.jsonl:1: not valid JSON" in capsys.readouterr().err
+
+
+def test_a_new_writer_starts_the_file_afresh(tmp_path):
+    path = tmp_path / "t.jsonl"
+    with JsonLinesWriter(path) as writer:
+        writer.write(full_transcript().to_dict())
+    with JsonLinesWriter(path) as writer:  # a second run into the same --out directory
+        writer.write(full_transcript().to_dict())
+    assert len(read_transcripts(path)) == 1

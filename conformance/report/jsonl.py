@@ -15,7 +15,6 @@ RUN_FILE = "run.json"
 
 
 def write_results(path: Path, results: Iterable[CaseResult]) -> None:
-    path.unlink(missing_ok=True)
     with JsonLinesWriter(path) as writer:
         for result in results:
             writer.write(result.to_dict())
