@@ -15,13 +15,14 @@ fast tier alone. The terminal summary lists each server's measured start-up time
 from __future__ import annotations
 
 import importlib.util
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conformance.fixture import build_fixture
-from conformance.server import Server, ServerProcess, descendant_pids, pid_alive, start
+from conformance.server import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
 
 SERVER_FIXTURES = {"hf_server": "hf", "legacy_server": "legacy"}
 _profiles_needed: set[str] = set()
@@ -48,25 +49,42 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 class ServerPool:
-    """Starts every needed profile on the first request, hands out healthy servers, stops them all."""
+    """On the first request, starts every needed profile and waits for all of them at once (so each
+    start-up time is its own); hands out healthy servers; stops them all at the end."""
 
     def __init__(self, model: Path, log_dir: Path, profiles: set[str]) -> None:
         self.model = model
         self.log_dir = log_dir
         self.profiles = profiles
         self.processes: dict[str, ServerProcess] = {}
+        self.outcomes: dict[str, Server | ServerStartError] = {}
         self.pids: set[int] = set()
 
     def get(self, profile: str) -> Server:
         if importlib.util.find_spec("vllm") is None:
             pytest.fail("vLLM is not installed: run scripts/bootstrap, or deselect this tier with -m 'not vllm'")
-        for name in sorted(self.profiles | {profile}):
-            if name not in self.processes:
-                self.processes[name] = start(name, self.model, log_dir=self.log_dir)
-        server = self.processes[profile].wait_until_healthy()
-        self.pids |= {server.pid, *descendant_pids(server.pid)}
-        _started_servers.append(server)
-        return server
+        if profile not in self.outcomes:
+            self._start_and_wait(sorted((self.profiles | {profile}) - set(self.outcomes)))
+        outcome = self.outcomes[profile]
+        if isinstance(outcome, ServerStartError):
+            raise outcome
+        return outcome
+
+    def _start_and_wait(self, profiles: list[str]) -> None:
+        for name in profiles:  # in this (the main) thread: see conformance.server.start
+            self.processes[name] = start(name, self.model, log_dir=self.log_dir)
+        with ThreadPoolExecutor(len(profiles)) as pool:
+            for name, outcome in zip(profiles, pool.map(self._wait, profiles)):
+                self.outcomes[name] = outcome
+                if isinstance(outcome, Server):
+                    self.pids |= {outcome.pid, *descendant_pids(outcome.pid)}
+                    _started_servers.append(outcome)
+
+    def _wait(self, profile: str) -> Server | ServerStartError:
+        try:
+            return self.processes[profile].wait_until_healthy()
+        except ServerStartError as error:
+            return error
 
     def close(self) -> None:
         for process in self.processes.values():
