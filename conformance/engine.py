@@ -12,6 +12,7 @@ import asyncio
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,7 @@ async def run_async(
     progress: bool = False,
     on_result: ProgressCallback | None = None,
 ) -> RunOutput:
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if target.version is None:
         target = replace(target, version=await fetch_server_version(target))
     writers = None
@@ -169,7 +171,7 @@ async def run_async(
         if writers:
             for writer in writers:
                 writer.close()
-    return RunOutput(results, summarize(results), out_dir, make_stamp(target.stamp().__dict__))
+    return RunOutput(results, summarize(results), out_dir, make_stamp(target.stamp().__dict__, recorded_at=started))
 
 
 def run(cases: Sequence[Any], target: Target, out_dir: Path | None, **options: Any) -> RunOutput:

@@ -97,6 +97,7 @@ cases:
 """)
     recording = tmp_path / "transcripts.jsonl"
     good = response_transcript({"content": "Hello"}, "stop", case_id="content-only")
+    good.started_at = "2026-11-29T10:00:00.000+00:00"
     bad = stream_transcript([{"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Bye"},
                                            "finish_reason": "stop"}]}], case_id="content-only")
     with JsonLinesWriter(recording) as writer:
@@ -106,7 +107,9 @@ cases:
     assert "2 results: 1 pass, 1 fail, 0 skip, 0 error" in capsys.readouterr().out
     results = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
     assert [(r["mode"], r["outcome"]) for r in results] == [("non-stream", "pass"), ("stream", "fail")]
-    assert "model | tiny" in (tmp_path / "out" / "report.md").read_text()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "model | tiny" in report
+    assert f"recorded | {good.started_at}" in report  # when the recording was made, not the recheck
     recording.write_text("{broken\n")
     assert main(["recheck", str(recording), "--cases", str(cases)]) == 2
     assert "transcripts.jsonl:1: not valid JSON" in capsys.readouterr().err

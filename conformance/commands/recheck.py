@@ -59,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
     out_dir = args.out or args.transcripts.parent / "recheck"
     out_dir.mkdir(parents=True, exist_ok=True)
     write_results(out_dir / RESULTS_FILE, results)
-    stamp = make_stamp(transcripts[0].server.__dict__)
+    recorded = min((t.started_at for t in transcripts if t.started_at), default=None)
+    stamp = make_stamp(transcripts[0].server.__dict__, recorded_at=recorded)
     paths = write_reports(out_dir, results, stamp, transcripts)
     summary = summarize(results)
     print(summary.line())

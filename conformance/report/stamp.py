@@ -13,14 +13,17 @@ STAMP_FIELDS = (
     ("model", "model"),
     ("checkpoint_revision", "checkpoint revision"),
     ("base_url", "server"),
-    ("time", "time"),
+    ("recorded_at", "recorded"),
+    ("time", "report time"),
 )
 
 
-def make_stamp(server: Mapping[str, Any]) -> dict[str, Any]:
-    """A report stamp from a `ServerStamp` (as a dict) or anything with the same keys."""
+def make_stamp(server: Mapping[str, Any], recorded_at: str | None = None) -> dict[str, Any]:
+    """A report stamp from a `ServerStamp` (as a dict) or anything with the same keys; `recorded_at`
+    is when the transcripts were recorded (default: now)."""
     from conformance import __version__
 
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return {
         "suite_version": __version__,
         "profile": server.get("profile"),
@@ -29,7 +32,8 @@ def make_stamp(server: Mapping[str, Any]) -> dict[str, Any]:
         "checkpoint_revision": server.get("checkpoint_revision"),
         "base_url": server.get("base_url"),
         "server_args": list(server.get("args") or ()),
-        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "recorded_at": recorded_at or now,
+        "time": now,
     }
 
 
