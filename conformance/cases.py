@@ -34,6 +34,7 @@ CHAT_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter
 RESPONSES_STATUSES = frozenset({"completed", "incomplete"})
 MIN_DESCRIPTION_WORDS = 6
 MESSAGE_FIELDS = ("reasoning", "content", "tool_calls")
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser when libyaml is there
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,8 +289,7 @@ def _check_file(path: Path, features: Mapping[str, str]) -> tuple[list[Case], li
     except (OSError, UnicodeDecodeError) as exc:
         return [], [Issue(path, f"cannot read: {exc}")]
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node, data = _parse_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         if mark is None:
@@ -321,6 +321,16 @@ def _check_file(path: Path, features: Mapping[str, str]) -> tuple[list[Case], li
         if index not in invalid_cases and not any(issue.severity == "error" for issue in case_issues):
             cases.append(_build_case(raw, index, tools, path, _node_line(node, ["cases", index]) or 0))
     return cases, sorted(issues, key=lambda issue: issue.line or 0)
+
+
+def _parse_yaml(text: str) -> tuple[yaml.Node | None, Any]:
+    """The node tree (for line numbers and duplicate keys) and the data, from one parse."""
+    loader = _YAML_LOADER(text)
+    try:
+        node = loader.get_single_node()
+        return node, (loader.construct_document(node) if node is not None else None)
+    finally:
+        loader.dispose()
 
 
 def _semantic_issues(
