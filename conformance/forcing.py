@@ -121,7 +121,10 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120) -> None:
         raise ForcingUnsupported(f"the server refused a forced request: HTTP {error.code} {detail}") from error
     problems = verify_forced_output(root_url, model, PROBE_TEXT, token_ids_of(response))
     if problems:
-        raise ForcingUnsupported("the server did not honour a forced output: " + "; ".join(problems))
+        raise ForcingUnsupported(
+            "the server did not honour a forced output (a vLLM server with a reasoning parser needs "
+            """--structured-outputs-config '{"enable_in_reasoning": true}'): """ + "; ".join(problems)
+        )
 
 
 def tokenize(root_url: str, model: str, text: str) -> list[int]:

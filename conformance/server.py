@@ -102,16 +102,6 @@ class Server:
         """The server root (where /health, /version, /tokenize live)."""
         return self.base_url.removesuffix("/v1")
 
-    def stamp(self) -> dict:
-        """What reports record about the server under test."""
-        return {
-            "profile": self.profile.name,
-            "base_url": self.base_url,
-            "model": self.model,
-            "version": self.version,
-            "args": list(self.args),
-        }
-
 
 def _terminate_when_parent_dies() -> None:
     """In the child before exec (Linux): the kernel sends SIGTERM if the launching process dies

@@ -157,3 +157,22 @@ def test_other_text_than_the_forced_one_is_reported(hf_server) -> None:
 def test_both_profiles_can_force(hf_server, legacy_server) -> None:
     for server in (hf_server, legacy_server):
         probe_forcing(server.root_url, server.model)
+
+
+def test_an_unhonoured_regex_is_reported_with_the_likely_cause(fake_server) -> None:
+    url, routes = fake_server
+    routes["/v1/chat/completions"] = (200, {"choices": [{"index": 0, "token_ids": [1, 2]}]})
+    routes["/detokenize"] = (200, {"prompt": "something else"})
+    routes["/tokenize"] = (200, {"tokens": [7]})
+    with pytest.raises(ForcingUnsupported, match=r"enable_in_reasoning.*expected .*, got 'something else'"):
+        probe_forcing(url, "m")
+
+
+@pytest.mark.vllm
+def test_without_enable_in_reasoning_vllm_does_not_force_and_the_probe_says_so(tiny_checkpoint, tmp_path) -> None:
+    from conformance.server import launch
+
+    unconstrained_reasoning = ["--structured-outputs-config", json.dumps({"enable_in_reasoning": False})]
+    with launch("hf", tiny_checkpoint, extra_args=unconstrained_reasoning, log_dir=tmp_path) as server:
+        with pytest.raises(ForcingUnsupported, match="enable_in_reasoning.*the output is not the forced text"):
+            probe_forcing(server.root_url, server.model)
