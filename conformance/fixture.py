@@ -137,10 +137,10 @@ were taken that way); `enable_thinking=false` writes an empty reasoning block, a
 def response_template_for(variant: str) -> dict | None:
     """The `response_template` that `variant` ships (None: the key is absent)."""
     check_variant(variant)
-    template = copy.deepcopy(RESPONSE_TEMPLATE_FULL)
-    fields = template["fields"]
     if variant == "no-template":
         return None
+    template = copy.deepcopy(RESPONSE_TEMPLATE_FULL)
+    fields = template["fields"]
     if variant == "thinking-only":
         del fields["tool_calls"]
     elif variant == "tools-only":
@@ -159,7 +159,8 @@ def check_variant(variant: str) -> None:
 def build_fixture(directory: Path, variant: str = "full") -> Path:
     """Write the checkpoint of `variant` into `directory` (created; existing files are replaced).
 
-    Returns the directory. The result does not depend on time, machine or previous contents.
+    Returns the directory. With the same library versions the bytes depend on nothing else (not on
+    time, randomness or what the directory held before).
     """
     check_variant(variant)
     directory = Path(directory)
