@@ -83,6 +83,7 @@ class StreamReading:
     tool_deltas: dict[int, list[dict[str, Any]]]  # per index, every tool-call delta in order
     tool_delta_problems: list[str]
     events: list[dict[str, Any]]  # Responses API: every event object
+    final: Message | None = None  # Responses API: the message of the terminal event's full response
 
 
 # --- reading responses ------------------------------------------------------------------------
@@ -215,16 +216,35 @@ def _read_chat_stream(chunks, invalid, stream_error, done, after_done) -> Stream
 
 
 def _read_responses_stream(events, invalid, stream_error, done, after_done) -> StreamReading:
-    terminal = [e for e in events if e.get("type") in RESPONSES_TERMINAL_EVENTS]
-    if terminal and isinstance(terminal[-1].get("response"), Mapping):
-        message = _message_from_responses_json(terminal[-1]["response"])
-    else:
-        message = Message()
+    """Reassemble a Responses stream from its delta events, as a client consuming deltas would; the
+    terminal event's full response is kept apart (`final`) to check that the two agree."""
+    items: dict[int, Mapping[str, Any]] = {}  # output_index -> the item announced by output_item.added
+    reasoning: list[str] = []
+    content: list[str] = []
     tool_deltas: dict[int, list[dict[str, Any]]] = {}
     for event in events:
-        if event.get("type") == "response.function_call_arguments.delta":
-            tool_deltas.setdefault(event.get("output_index", 0), []).append(event)
-    return StreamReading(message, events, invalid, stream_error, done, after_done, tool_deltas, [], events)
+        kind, index = event.get("type"), event.get("output_index", 0)
+        if kind == "response.output_item.added":
+            items[index] = event.get("item") or {}
+        elif kind == "response.reasoning_text.delta":
+            reasoning.append(event.get("delta"))
+        elif kind == "response.output_text.delta":
+            content.append(event.get("delta"))
+        elif kind == "response.function_call_arguments.delta":
+            tool_deltas.setdefault(index, []).append(event)
+    calls = [
+        ToolCall(item.get("name"), "".join(e.get("delta") or "" for e in tool_deltas.get(index, [])),
+                 item.get("call_id"), "function")
+        for index, item in sorted(items.items())
+        if item.get("type") == "function_call"
+    ]  # fmt: skip
+    terminal = [e for e in events if e.get("type") in RESPONSES_TERMINAL_EVENTS]
+    final = None
+    if terminal and isinstance(terminal[-1].get("response"), Mapping):
+        final = _message_from_responses_json(terminal[-1]["response"])
+    text = _join(reasoning)
+    message = Message(text, _join(content), calls, final.finish_reason if final else None, {"reasoning"} if text else set())
+    return StreamReading(message, events, invalid, stream_error, done, after_done, tool_deltas, [], events, final)
 
 
 # --- helpers ------------------------------------------------------------------------------------
@@ -348,6 +368,14 @@ def check_stream_framing(reading: StreamReading, endpoint: str) -> Check:
             problems.append(f"{len(terminal)} terminal events (response.completed/incomplete/failed), expected 1")
         elif terminal[0] != len(reading.events) - 1:
             problems.append("events after the terminal event")
+        elif reading.final is not None:
+            deltas, final = message_view(reading.message), message_view(reading.final)
+            differing = [key for key in final if deltas[key] != final[key]]
+            if differing:
+                problems.append(
+                    "the deltas add up to a different message than the final response in "
+                    + ", ".join(f"{key} ({deltas[key]!r} vs {final[key]!r})" for key in differing)
+                )
     else:
         role_chunks = [i for i, c in enumerate(reading.chunks) if _delta(c).get("role")]
         if not reading.chunks or _delta(reading.chunks[0]).get("role") != "assistant":

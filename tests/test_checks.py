@@ -6,6 +6,8 @@ import pytest
 
 from conformance.checks import (
     DEFAULT_MARKERS,
+    check_stream_framing,
+    observed_tool_call_streaming,
     FINDING,
     SCHEMA,
     judge,
@@ -384,10 +386,32 @@ def test_responses_api_output_items_map_to_the_message_shape():
     message = response_message(transcript)
     assert (message.reasoning, message.content, message.finish_reason) == ("plan", "Hi", "completed")
     assert [(c.name, c.arguments) for c in message.tool_calls] == [("get_weather", '{"city": "A"}')]
-    events = [{"type": "response.created"}, {"type": "response.function_call_arguments.delta", "output_index": 2},
-              {"type": "response.completed", "response": response}]
+    events = [
+        {"type": "response.created"},
+        {"type": "response.output_item.added", "output_index": 0, "item": {"type": "reasoning"}},
+        {"type": "response.reasoning_text.delta", "output_index": 0, "delta": "pl"},
+        {"type": "response.reasoning_text.delta", "output_index": 0, "delta": "an"},
+        {"type": "response.output_item.added", "output_index": 1, "item": {"type": "message"}},
+        {"type": "response.output_text.delta", "output_index": 1, "delta": "Hi"},
+        {"type": "response.output_item.added", "output_index": 2,
+         "item": {"type": "function_call", "name": "get_weather", "call_id": "c1", "arguments": ""}},
+        {"type": "response.function_call_arguments.delta", "output_index": 2, "delta": '{"city": '},
+        {"type": "response.function_call_arguments.delta", "output_index": 2, "delta": '"A"}'},
+        {"type": "response.completed", "response": response},
+    ]  # fmt: skip
     stream = stream_transcript(events, done=False, endpoint="responses")
-    assert read_stream(stream).message.tool_calls == message.tool_calls
+    reading = read_stream(stream)
+    assert (reading.message.reasoning, reading.message.content) == ("plan", "Hi")
+    assert reading.message.tool_calls == message.tool_calls
+    assert observed_tool_call_streaming(reading) == "incremental"
+    assert check_stream_framing(reading, "responses").outcome == "pass"
+    # deltas that do not add up to the final response are a framing failure
+    lost_delta = stream_transcript([e for e in events if e.get("delta") != "Hi"], done=False, endpoint="responses")
+    check = check_stream_framing(read_stream(lost_delta), "responses")
+    assert check.outcome == "fail"
+    assert "deltas add up to a different message than the final response in content (None vs 'Hi')" in check.reason
+    no_terminal = stream_transcript(events[:-1], done=False, endpoint="responses")
+    assert "0 terminal events" in check_stream_framing(read_stream(no_terminal), "responses").reason
     incomplete = {**response, "status": "incomplete"}
     transcript.response = incomplete
     assert response_message(transcript).finish_reason == "incomplete"
