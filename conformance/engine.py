@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.checks import DEFAULT_MARKERS, Check, judge
-from conformance.driver import Target, fetch_server_version, make_client, send
+from conformance.driver import Target, fetch_server_version, make_client, request_body, send
 from conformance.report.stamp import make_stamp
 from conformance.results import RESULTS_FILE, CaseResult, Summary, make_result, summarize
 from conformance.transcript import (
@@ -186,18 +186,43 @@ def recheck(
     markers: Sequence[str] = DEFAULT_MARKERS,
 ) -> list[CaseResult]:
     """Judge recorded transcripts again with the given case definitions; no server involved.
-    A transcript whose case is no longer defined gets an `error` result saying so."""
+    A transcript whose case is no longer defined, or whose recorded request is not what the case
+    asks for today (its request or forced output changed since), gets an `error` result saying so."""
     by_id = {case.id: case for case in cases}
     results: list[CaseResult] = []
     for (case_id, profile, repeat), by_mode in group_by_key(transcripts).items():
         case = by_id.get(case_id)
-        if case is None:
-            for mode in by_mode:
-                check = Check("case", "error", reason=f"case {case_id!r} is not in the case set")
-                results.append(CaseResult(case_id, mode, profile, "error", check.reason, repeat, checks=[check]))
-            continue
-        results.extend(judge_group(case, by_mode, markers))
+        stale = {mode: _recording_mismatch(case, t) for mode, t in by_mode.items()}
+        for mode, reason in stale.items():
+            if reason:
+                check = Check("recording", "error", reason=reason)
+                results.append(CaseResult(case_id, mode, profile, "error", reason, repeat, checks=[check]))
+        current = {mode: t for mode, t in by_mode.items() if not stale[mode]}
+        if current:
+            results.extend(judge_group(case, current, markers))
     return results
+
+
+def _recording_mismatch(case: Any, transcript: Transcript) -> str | None:
+    """Why a recorded transcript cannot be judged against `case` (None: it can)."""
+    if case is None:
+        return f"case {transcript.case_id!r} is not in the case set"
+    if transcript.skip_reason:
+        return None
+    from conformance.forcing import forcing_extra_body
+
+    forcing = forcing_extra_body(case.force) if transcript.forced and case.force is not None else None
+    if transcript.forced and case.force is None:
+        return f"case {case.id!r} no longer forces an output; it was recorded with one"
+    wanted = request_body(case, transcript.mode, transcript.request.get("model", ""), forcing)
+    differing = sorted(
+        f"{key} (the forced output)" if key == "structured_outputs" else key
+        for key in wanted.keys() | transcript.request.keys()
+        if wanted.get(key) != transcript.request.get(key)
+    )
+    if differing:
+        return f"case {case.id!r} changed since it was recorded: the request differs in {', '.join(differing)}"
+    return None
 
 
 REPORT_FILES = {"markdown": "report.md", "junit": "junit.xml", "html": "report.html"}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -118,6 +119,21 @@ def test_recheck_rejudges_the_recording_identically(fake_run, cases):
     assert sorted((key(r), r.outcome, r.reason) for r in again) == sorted(
         (key(r), r.outcome, r.reason) for r in output.results
     )
+
+
+def test_recheck_refuses_to_judge_a_recording_of_a_changed_case(fake_run, cases):
+    _, out, _, _ = fake_run
+    changed = [replace(case, force="something else") if case.id == "ok" else case for case in cases]
+    changed += [replace(cases[0], id="brand-new")]
+    dropped = [case for case in changed if case.id != "refuse"]
+    results = {(r.case_id, r.mode): r for r in recheck(read_transcripts(out / "transcripts.jsonl"), dropped)}
+    assert len(results) == 2 * len(SCENARIOS)
+    assert results[("ok", "stream")].outcome == "error"
+    assert results[("ok", "stream")].reason == (
+        "case 'ok' changed since it was recorded: the request differs in structured_outputs (the forced output)"
+    )
+    assert results[("refuse", "non-stream")].reason == "case 'refuse' is not in the case set"
+    assert results[("missing-index", "non-stream")].outcome == "pass"  # unchanged cases are judged as before
 
 
 def test_connection_refused_is_an_error_for_every_request(cases, tmp_path):

@@ -6,7 +6,10 @@ import json
 
 import pytest
 
+from conformance.cases import load_suite
 from conformance.cli import main
+from conformance.driver import request_body
+from conformance.forcing import forcing_extra_body
 from conformance.transcript import (
     JsonLinesWriter,
     ServerStamp,
@@ -96,10 +99,13 @@ cases:
       hf: {message: {content: "Hello"}, finish_reason: stop}
 """)
     recording = tmp_path / "transcripts.jsonl"
-    good = response_transcript({"content": "Hello"}, "stop", case_id="content-only")
+    (case,) = load_suite(cases)
+    good = response_transcript({"content": "Hello"}, "stop", case_id="content-only",
+                               request=request_body(case, "non-stream", "tiny", forcing_extra_body("Hello")))
     good.started_at = "2026-11-29T10:00:00.000+00:00"
     bad = stream_transcript([{"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Bye"},
-                                           "finish_reason": "stop"}]}], case_id="content-only")
+                                           "finish_reason": "stop"}]}], case_id="content-only",
+                            request=request_body(case, "stream", "tiny", forcing_extra_body("Hello")))
     with JsonLinesWriter(recording) as writer:
         writer.write(good.to_dict())
         writer.write(bad.to_dict())
