@@ -13,7 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -35,7 +35,6 @@ class Target:
     version: str | None = None
     args: tuple[str, ...] = ()
     checkpoint_revision: str | None = None
-    extra_headers: Mapping[str, str] = field(default_factory=dict)
 
     def stamp(self) -> ServerStamp:
         return ServerStamp(self.base_url, self.model, self.profile, self.version, self.args, self.checkpoint_revision)
@@ -49,7 +48,6 @@ def make_client(target: Target):
         api_key=target.api_key,
         max_retries=0,
         timeout=target.timeout,
-        default_headers=dict(target.extra_headers),
     )
 
 

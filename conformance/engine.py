@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,14 +29,12 @@ from conformance.transcript import (
 )
 
 DEFAULT_CONCURRENCY = 8
-ProgressCallback = Callable[[CaseResult], None]
 
 
 @dataclass
 class RunOutput:
     results: list[CaseResult]
     summary: Summary
-    out_dir: Path | None
     stamp: dict[str, Any]
 
 
@@ -127,7 +125,6 @@ async def run_async(
     natural: bool = False,
     markers: Sequence[str] = DEFAULT_MARKERS,
     progress: bool = False,
-    on_result: ProgressCallback | None = None,
 ) -> RunOutput:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if target.version is None:
@@ -160,8 +157,6 @@ async def run_async(
             if writers:
                 writers[1].write(result.to_dict())
             bar.advance(result)
-            if on_result:
-                on_result(result)
 
     try:
         await asyncio.gather(*(one_case(case, r) for r in range(repeat) for case in cases))
@@ -171,7 +166,7 @@ async def run_async(
         if writers:
             for writer in writers:
                 writer.close()
-    return RunOutput(results, summarize(results), out_dir, make_stamp(target.stamp().__dict__, recorded_at=started))
+    return RunOutput(results, summarize(results), make_stamp(target.stamp().__dict__, recorded_at=started))
 
 
 def run(cases: Sequence[Any], target: Target, out_dir: Path | None, **options: Any) -> RunOutput:
