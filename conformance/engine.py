@@ -61,7 +61,10 @@ def judge_group(case: Any, by_mode: dict[str, Transcript], markers: Sequence[str
     results = []
     for mode, transcript in sorted(by_mode.items(), key=lambda item: MODES.index(item[0])):
         companion = by_mode.get("non-stream") if mode == "stream" else None
-        checks = judge(case, transcript, companion=companion, markers=markers)
+        try:
+            checks = judge(case, transcript, companion=companion, markers=markers)
+        except Exception as exc:  # a bug or an unforeseen shape must not stop the run: it is an error result
+            checks = [Check("judge", "error", reason=f"internal error while judging: {type(exc).__name__}: {exc}")]
         results.append(make_result(case, mode, transcript.profile, transcript.repeat, transcript.forced, checks))
     return results
 

@@ -432,3 +432,12 @@ def test_client_replay_of_a_length_cut_stream_compares_the_accumulated_message(c
     chunks = [ROLE, delta({"content": "Hello"}), delta({"content": " th"}, "length")]
     check = by_name(judge(cases["legacy-only"], stream_transcript(chunks)))["client_replay"]
     assert check.outcome == "pass", check.reason
+
+
+def test_an_unforeseen_shape_becomes_an_error_result_not_a_crash(cases):
+    from conformance.engine import judge_group
+
+    weird = stream_transcript([ROLE, {"choices": [{"index": 0, "delta": {"content": 42}}]}])
+    (result,) = judge_group(cases["legacy-only"], {"stream": weird}, DEFAULT_MARKERS)
+    assert result.outcome == "error"
+    assert result.reason.startswith("judge: internal error while judging: TypeError")
