@@ -9,6 +9,7 @@ fragments.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,11 @@ from conformance.checks import read_stream, response_message
 from conformance.commands.run import markers_for_checkpoint
 from conformance.driver import Target
 from conformance.engine import run
+from conformance.results import read_results
 from conformance.transcript import Transcript, read_transcripts
 
 pytestmark = pytest.mark.vllm
+pytest_plugins = ["pytester"]
 
 
 def unsupported_pattern(request: dict[str, Any]) -> str | None:
@@ -138,3 +141,25 @@ def test_hf_reasoning_arrives_in_the_reasoning_field(hf_run):
         if transcript.mode == "non-stream":
             assert "reasoning" in transcript.response["choices"][0]["message"]
     assert with_reasoning >= 5
+
+
+def test_pytest_plugin_runs_the_cases_against_real_vllm(pytester, hf_server):
+    result = pytester.runpytest(
+        f"--conformance-base-url={hf_server.base_url}", f"--conformance-model={hf_server.model}",
+        "--conformance-profile=hf", "-m", "reasoning and tool_call", "-p", "no:cacheprovider",
+    )  # fmt: skip
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) >= 4 and not {"failed", "errors", "error"} & set(outcomes), outcomes
+
+
+def test_cli_launches_real_vllm_and_reports(tmp_path):
+    from conformance.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "--launch", "legacy", "--case", "reasoning-then-one-call", "--out", str(out)]) == 0
+    results = read_results(out / "results.jsonl")
+    assert [(r.mode, r.outcome) for r in results] == [("non-stream", "pass"), ("stream", "pass")]
+    stamp = json.loads((out / "run.json").read_text())["stamp"]
+    assert stamp["server_version"] == "0.32.0" and stamp["checkpoint_revision"].startswith("sha256:")
+    assert "--tool-call-parser" in stamp["server_args"] and "hermes" in stamp["server_args"]
+    assert list(out.glob("vllm-legacy-*.log"))  # the server log sits next to the reports
