@@ -105,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
         return _usage_error(str(exc))
 
 
-def _run_and_report(cases, target, markers, out_dir: Path, args: argparse.Namespace) -> int:
+def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out_dir: Path,
+                    args: argparse.Namespace) -> int:
     from conformance.engine import run as run_engine
     from conformance.engine import write_reports
     from conformance.transcript import TRANSCRIPTS_FILE, read_transcripts
