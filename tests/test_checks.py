@@ -287,7 +287,13 @@ def test_markers_in_content_leak_unless_expected(cases):
 def test_markers_come_from_the_checkpoint_template():
     template = {"fields": {"thinking": {"open": "<|think|>", "close": ["<|/think|>", "</t>"]},
                            "tool_calls": {"open_pattern": "\\s*<call>", "close": "</call>"}, "content": {}}}
-    assert template_markers(template) == ("<|think|>", "<|/think|>", "</t>", "</call>")
+    assert template_markers(template) == ("<|think|>", "<|/think|>", "</t>", "</call>", "<call>")
+    transformers_qwen3 = {"fields": {
+        "tool_calls": {"open_pattern": r"\s*<tool_call>", "close_pattern": r"</tool_call>\s*"},
+        "content": {"close_pattern": r"\s*(?:<\|im_end\|>|<\|endoftext\|>)"},  # alternation: no literal
+        "thinking": {"open_pattern": r"<think>\d+"},  # a character class: no literal
+        "x": {"open_pattern": r"<\|tool\|>"}}}  # fmt: skip
+    assert template_markers(transformers_qwen3) == ("<tool_call>", "</tool_call>", "<|tool|>")
     assert template_markers(None) == DEFAULT_MARKERS
 
 
