@@ -29,9 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("transcripts", type=Path, metavar="TRANSCRIPTS.jsonl", help="a run's transcripts file")
-    parser.add_argument("--cases", type=Path, help="case directory (default: the shipped cases/)")
-    parser.add_argument("--out", type=Path, help="output directory (default: <transcripts dir>/recheck)")
-    parser.add_argument("--checkpoint", type=Path,
+    parser.add_argument("--cases", type=Path, metavar="DIR", help="case directory (default: the shipped cases/)")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: <transcripts dir>/recheck)")
+    parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="local checkpoint directory: its response_template gives the markers checked for leaks")
     parser.set_defaults(func=run)
 

@@ -43,13 +43,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--base-url", help="server to attach to, ending in /v1 (needs --model)")
+    where.add_argument("--base-url", metavar="URL", help="server to attach to, ending in /v1 (needs --model and --profile)")
     where.add_argument("--launch", metavar="PROFILE", help="build the tiny checkpoint and start real vLLM with PROFILE")
-    parser.add_argument("--model", help="model name the server serves (with --base-url)")
-    parser.add_argument("--profile", help="profile whose expectations apply (default: the --launch profile)")
-    parser.add_argument("--cases", type=Path, help="case directory (default: the shipped cases/)")
-    parser.add_argument("--out", type=Path, help="output directory (default: reports/run-<time>)")
-    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight at once (default: 8)")
+    parser.add_argument("--model", metavar="NAME", help="model name the server serves (with --base-url)")
+    parser.add_argument("--profile", metavar="NAME", help="profile whose expectations apply (default: the --launch profile)")
+    parser.add_argument("--cases", type=Path, metavar="DIR", help="case directory (default: the shipped cases/)")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: reports/run-<time>)")
+    parser.add_argument("--concurrency", type=int, default=8, metavar="N", help="requests in flight at once (default: 8)")
     parser.add_argument("--repeat", type=int, default=1, metavar="K", help="run every case K times; reports pass@K")
     parser.add_argument("--case", action="append", default=[], metavar="ID", help="only this case (repeatable)")
     parser.add_argument("--feature", action="append", default=[], metavar="TAG",
@@ -58,11 +58,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="natural mode: send prompts without forcing outputs (for real models)")
     parser.add_argument("--no-force", action="store_true",
                         help="the server cannot force outputs: forced cases are skipped, not sent")
-    parser.add_argument("--timeout", type=float, default=120, help="seconds per request (default: 120)")
-    parser.add_argument("--api-key", default="EMPTY", help="API key sent to the server (default: EMPTY)")
-    parser.add_argument("--checkpoint", type=Path,
+    parser.add_argument("--timeout", type=float, default=120, metavar="S", help="seconds per request (default: 120)")
+    parser.add_argument("--api-key", default="EMPTY", metavar="KEY", help="API key sent to the server (default: EMPTY)")
+    parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="local checkpoint directory: its response_template gives the markers checked for leaks")
-    parser.add_argument("--checkpoint-revision", help="revision recorded in the reports")
+    parser.add_argument("--checkpoint-revision", metavar="REV", help="revision recorded in the reports")
     parser.set_defaults(func=run)
 
 
