@@ -70,6 +70,7 @@ COMMON_SERVER_ARGS: tuple[str, ...] = (
 )  # fmt: skip
 SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB of KV cache on CPU builds; the default is far larger
 STOP_GRACE_SECONDS = 15.0
+KILL_WAIT_SECONDS = 5.0
 POLL_SECONDS = 0.5
 PR_SET_PDEATHSIG = 1  # prctl(2) option
 
@@ -301,22 +302,26 @@ def find_server_error(log_text: str) -> str | None:
 
 
 def stop_process_tree(process: subprocess.Popen, grace: float = STOP_GRACE_SECONDS) -> None:
-    """SIGTERM the process, its process group and every descendant; SIGKILL what is left after `grace`."""
+    """SIGTERM the process, its process group and every descendant; SIGKILL what is left after
+    `grace` seconds. Returns once none of them is alive (or after a last bounded wait)."""
     pids = {process.pid, *descendant_pids(process.pid)}
     _signal_all(process.pid, pids, signal.SIGTERM)
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
-    deadline = time.monotonic() + grace
-    while (alive := {pid for pid in pids if pid_alive(pid)} | set(descendant_pids(process.pid))) and (
-        time.monotonic() < deadline
-    ):
-        time.sleep(0.2)
-    if alive or process.poll() is None:
-        _signal_all(process.pid, alive | {process.pid}, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=5)
+    if not _wait_until_gone(process, pids, grace):
+        _signal_all(process.pid, pids, signal.SIGKILL)
+        _wait_until_gone(process, pids, KILL_WAIT_SECONDS)
+
+
+def _wait_until_gone(process: subprocess.Popen, pids: set[int], timeout: float) -> bool:
+    """Wait for every pid in `pids` (grown with descendants still appearing) to end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is None:
+            pids.update(descendant_pids(process.pid))
+        if not any(pid_alive(pid) for pid in pids):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
 
 
 def _signal_all(group_leader: int, pids: set[int], signum: int) -> None:
