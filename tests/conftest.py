@@ -29,13 +29,21 @@ _profiles_needed: set[str] = set()
 _started_servers: list[Server] = []
 
 
-@pytest.hookimpl(trylast=True)  # after -m/-k deselection, so only selected tests count
+def _profiles_used_by(item: pytest.Item) -> set[str]:
+    return {SERVER_FIXTURES[name] for name in getattr(item, "fixturenames", ()) if name in SERVER_FIXTURES}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselection, so `-m "not vllm"` leaves these out
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        profiles = {SERVER_FIXTURES[name] for name in getattr(item, "fixturenames", ()) if name in SERVER_FIXTURES}
-        if profiles:
+        if _profiles_used_by(item):
             item.add_marker(pytest.mark.vllm)
-            _profiles_needed.update(profiles)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Only the selected tests decide which servers the session will need."""
+    for item in session.items:
+        _profiles_needed.update(_profiles_used_by(item))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
