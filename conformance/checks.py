@@ -660,13 +660,14 @@ def judge(
     expected_error = expectation.error if expectation is not None else None
     refused = transcript.status is not None and transcript.status >= 400
 
-    if not transcript.forced:  # natural mode: `natural` replaces the expected message; a refusal still counts
+    natural = transcript.natural
+    if natural:  # `natural` replaces the expected message; an expected refusal still counts
         expectation = None
     if expected_error is not None:
         checks.append(check_expected_error(transcript, expected_error))
     if refused:
         reason = f"refused with HTTP {transcript.status}: {_error_text(transcript.error_body)}"
-        if transcript.forced and expectation is None:
+        if not natural and expectation is None:
             checks.append(Check("expectation", SKIP, EXPECTATION,
                                 reason=f"no expectation for profile {transcript.profile}; {reason}"))
         elif expected_error is None:
@@ -677,12 +678,12 @@ def judge(
 
     message = reading.message if reading is not None else response_message(transcript)
     assert message is not None  # check_transport guarantees it
-    expected = expected_view(case, transcript.profile, transcript.mode) if transcript.forced else None
+    expected = None if natural else expected_view(case, transcript.profile, transcript.mode)
     if reading is not None:
         checks.append(check_stream_framing(reading, transcript.endpoint))
         if transcript.endpoint == "chat":
             checks.append(check_tool_call_deltas(reading))
-    raw_expected = _raw_expected_indices(case, transcript.profile, transcript.mode) if transcript.forced else set()
+    raw_expected = set() if natural else _raw_expected_indices(case, transcript.profile, transcript.mode)
     checks.append(check_arguments_json(message, raw_expected))
     checks.append(check_marker_leaks(message, expected, markers))
     checks.append(check_arguments_schema(message, case.tool_parameters()))
@@ -691,10 +692,10 @@ def judge(
         checks.append(finding_tool_call_streaming(reading))
         if transcript.endpoint == "chat":
             checks.append(finding_client_replay(transcript, message))
-        if companion is not None and transcript.forced:  # natural outputs differ between requests
+        if companion is not None and not natural:  # natural outputs differ between requests
             checks.append(_compare_with_companion(case, transcript, message, companion))
 
-    if not transcript.forced:
+    if natural:
         checks.append(check_natural(message, case.natural.expect_tool if case.natural else None))
     elif expectation is None:
         checks.append(Check("expectation", SKIP, EXPECTATION, reason=f"no expectation for profile {transcript.profile}"))
@@ -733,5 +734,5 @@ def _compare_with_companion(case: Any, stream: Transcript, message: Message, com
     whole = response_message(companion)
     if whole is None:
         return Check("stream_equals_non_stream", SKIP, reason="the non-streaming response has no message")
-    skip = _stream_override_keys(case, stream.profile) if stream.forced else set()
+    skip = _stream_override_keys(case, stream.profile)
     return check_stream_equals_non_stream(message, whole, skip)

@@ -129,10 +129,10 @@ async def send(
     mode: str,
     *,
     forcing: Mapping[str, Any] | None,
-    forced: bool = True,
+    natural: bool = False,
     repeat: int = 0,
 ) -> Transcript:
-    """Send one request and record everything that came back."""
+    """Send one request (with the `forcing` body fields, if any) and record everything that came back."""
     import openai
 
     body = request_body(case, mode, target.model, forcing)
@@ -143,7 +143,8 @@ async def send(
         endpoint=case.endpoint,
         server=target.stamp(),
         request=body,
-        forced=forced,
+        forced=forcing is not None,
+        natural=natural,
         repeat=repeat,
         started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
     )

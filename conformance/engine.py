@@ -65,29 +65,27 @@ def judge_group(case: Any, by_mode: dict[str, Transcript], markers: Sequence[str
             checks = judge(case, transcript, companion=companion, markers=markers)
         except Exception as exc:  # a bug or an unforeseen shape must not stop the run: it is an error result
             checks = [Check("judge", "error", reason=f"internal error while judging: {type(exc).__name__}: {exc}")]
-        results.append(make_result(case, mode, transcript.profile, transcript.repeat, transcript.forced, checks))
+        results.append(make_result(case, transcript, checks))
     return results
 
 
-def _forcing_for(case: Any, target: Target, natural: bool) -> tuple[dict[str, Any] | None, bool, str | None]:
-    """(extra body fields, forced?, skip reason) for one case."""
-    if natural or case.force is None:
-        if case.natural is None and case.force is not None:
-            return None, False, "case has no natural-mode prompt"
-        return None, False, None
+def _forcing_for(case: Any, target: Target, natural: bool) -> tuple[dict[str, Any] | None, str | None]:
+    """(extra body fields that force the case's output, or None; skip reason, or None)."""
+    if natural or case.force is None:  # natural mode, or an unforced case (cases/README.md)
+        return None, None
     if not target.can_force:
-        return None, True, f"server {target.base_url} cannot force outputs"
+        return None, f"server {target.base_url} cannot force outputs"
     from conformance.forcing import ForcingUnsupported, forcing_extra_body
 
     try:
-        return forcing_extra_body(case.force), True, None
-    except ForcingUnsupported as exc:
-        return None, True, f"cannot force this output: {exc}"
+        return forcing_extra_body(case.force), None
+    except (ForcingUnsupported, ValueError) as exc:
+        return None, f"cannot force this output: {exc}"
 
 
-def _skipped(case: Any, target: Target, mode: str, repeat: int, forced: bool, reason: str) -> Transcript:
-    return Transcript(case.id, mode, target.profile, case.endpoint, target.stamp(), {}, forced=forced,
-                      repeat=repeat, skip_reason=reason)
+def _skipped(case: Any, target: Target, mode: str, repeat: int, reason: str) -> Transcript:
+    return Transcript(case.id, mode, target.profile, case.endpoint, target.stamp(), {}, repeat=repeat,
+                      skip_reason=reason)
 
 
 class _Progress:
@@ -141,12 +139,12 @@ async def run_async(
     bar = _Progress(sum(len(case_modes(c)) for c in cases) * repeat, progress)
 
     async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
-        forcing, forced, skip = _forcing_for(case, target, natural)
+        forcing, skip = _forcing_for(case, target, natural)
         if skip:
-            transcript = _skipped(case, target, mode, repeat_index, forced, skip)
+            transcript = _skipped(case, target, mode, repeat_index, skip)
         else:
             async with semaphore:
-                transcript = await send(client, target, case, mode, forcing=forcing, forced=forced,
+                transcript = await send(client, target, case, mode, forcing=forcing, natural=natural,
                                         repeat=repeat_index)
         if writers:
             writers[0].write(transcript.to_dict())
@@ -212,6 +210,8 @@ def _recording_mismatch(case: Any, transcript: Transcript) -> str | None:
     forcing = forcing_extra_body(case.force) if transcript.forced and case.force is not None else None
     if transcript.forced and case.force is None:
         return f"case {case.id!r} no longer forces an output; it was recorded with one"
+    if not (transcript.forced or transcript.natural) and case.force is not None:
+        return f"case {case.id!r} now forces an output; it was recorded without one"
     wanted = request_body(case, transcript.mode, transcript.request.get("model", ""), forcing)
     differing = sorted(
         f"{key} (the forced output)" if key == "structured_outputs" else key

@@ -18,7 +18,7 @@ from typing import Any
 
 from conformance import exit_codes
 from conformance.checks import BLOCKING_KINDS, ERROR, FAIL, PASS, SKIP, Check
-from conformance.transcript import iter_json_lines
+from conformance.transcript import Transcript, iter_json_lines
 
 OUTCOMES = (PASS, FAIL, SKIP, ERROR)
 RESULTS_FILE = "results.jsonl"
@@ -33,6 +33,7 @@ class CaseResult:
     reason: str = ""
     repeat: int = 0
     forced: bool = True
+    natural: bool = False
     model_miss: bool = False
     features: tuple[str, ...] = ()
     description: str = ""
@@ -78,17 +79,17 @@ def outcome_of(checks: Sequence[Check]) -> tuple[str, str, bool]:
     return PASS, "", False
 
 
-def make_result(case: Any, transcript_mode: str, profile: str, repeat: int, forced: bool,
-                checks: list[Check]) -> CaseResult:
+def make_result(case: Any, transcript: Transcript, checks: list[Check]) -> CaseResult:
     outcome, reason, miss = outcome_of(checks)
     return CaseResult(
         case_id=case.id,
-        mode=transcript_mode,
-        profile=profile,
+        mode=transcript.mode,
+        profile=transcript.profile,
         outcome=outcome,
         reason=reason,
-        repeat=repeat,
-        forced=forced,
+        repeat=transcript.repeat,
+        forced=transcript.forced,
+        natural=transcript.natural,
         model_miss=miss,
         features=tuple(case.features or ()),
         description=case.description or "",

@@ -48,7 +48,8 @@ class Transcript:
     endpoint: str  # "chat" | "responses"
     server: ServerStamp
     request: dict[str, Any]  # the JSON body as sent (model and stream included)
-    forced: bool = True
+    forced: bool = True  # the request carried the forcing fields (`force` of the case)
+    natural: bool = False  # natural mode: judged on `natural` instead of the expected message
     repeat: int = 0
     started_at: str = ""  # ISO 8601, UTC
     duration: float = 0.0  # seconds until the last byte or the error

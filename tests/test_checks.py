@@ -146,8 +146,7 @@ def by_name(checks):
 
 
 def outcome(case, transcript, companion=None):
-    return make_result(case, transcript.mode, transcript.profile, 0, transcript.forced,
-                       judge(case, transcript, companion=companion))
+    return make_result(case, transcript, judge(case, transcript, companion=companion))
 
 
 def test_a_well_formed_hf_stream_passes_every_check(cases):
@@ -373,12 +372,12 @@ def test_a_request_that_was_not_sent_is_skipped(cases):
 def test_natural_mode_counts_a_missing_call_as_a_model_miss(cases):
     case = cases["natural-case"]
     miss = response_transcript({"content": "I cannot check the weather."}, "stop")
-    miss.forced = False
+    miss.natural = True
     result = outcome(case, miss)
     assert (result.outcome, result.model_miss) == ("skip", True)
     assert "model miss: no call to get_weather" in result.reason
     hit = response_transcript(GOOD_MESSAGE, "tool_calls", request=case.request)
-    hit.forced = False
+    hit.natural = True
     assert outcome(case, hit).outcome == "pass"  # the hf expectation does not apply in natural mode
 
 
@@ -426,10 +425,10 @@ def test_responses_api_output_items_map_to_the_message_shape():
 def test_a_refusal_is_judged_in_natural_mode_too(cases):
     body = {"error": {"message": "cannot guarantee required tool choice", "param": "tool_choice"}}
     refused = error_transcript(400, body)
-    refused.forced = False
+    refused.natural = True
     assert outcome(cases["refused"], refused).outcome == "pass"
     accepted = response_transcript({"content": "a"}, "stop")
-    accepted.forced = False
+    accepted.natural = True
     assert outcome(cases["refused"], accepted).outcome == "fail"
 
 

@@ -238,3 +238,26 @@ def test_natural_mode_counts_model_misses_apart_and_reports_pass_at_k(tmp_path):
     assert (summary.counts["fail"], summary.model_misses) == (0, 4)
     assert summary.pass_at_k == {"k": 2, "cases": 4, "passed": 2}
     assert summary.exit_code == 0
+
+
+def test_an_unforced_case_is_sent_as_is_and_judged_on_its_expectation(tmp_path):
+    cases = list(load_cases(tmp_path, """
+- id: unforced
+  description: A reply the server decides by itself is judged on the expected message all the same.
+  features: [tool_call]
+  request:
+    messages: [{role: user, content: ok-incremental}]
+    tools: [get_weather]
+  expect:
+    hf:
+      message:
+        reasoning: "\\nplan\\n"
+        tool_calls: [{name: get_weather, arguments: {city: Paris}}]
+      finish_reason: tool_calls
+      tool_call_streaming: whole
+""").values())
+    with fake_server() as server:
+        output = run(cases, Target(base_url=server.base_url, model="fake", profile="hf"), tmp_path / "out")
+    assert all("structured_outputs" not in body for body in server.requests)
+    got = {r.mode: (r.outcome, r.forced, r.natural) for r in output.results}
+    assert got == {"non-stream": ("pass", False, False), "stream": ("fail", False, False)}  # whole expected
