@@ -64,24 +64,13 @@ async def fetch_server_version(target: Target) -> str | None:
         return None
 
 
-def _responses_tool_choice(choice: Any) -> Any:
-    if isinstance(choice, Mapping) and isinstance(choice.get("function"), Mapping):
-        return {"type": "function", "name": choice["function"].get("name")}
-    return choice
-
-
 def request_body(case: Any, mode: str, model: str, forcing: Mapping[str, Any] | None) -> dict[str, Any]:
     """The JSON body for one case in one mode: the case's request plus model, stream and forcing.
-    For `endpoint: responses` (whose tools the case loader already flattened), `messages` become
-    `input`, a named tool choice is flattened and `max_tokens` becomes `max_output_tokens`."""
+    For `endpoint: responses`, `messages` become `input` and everything else is sent as given (the
+    case loader already flattened the tools; cases/README.md)."""
     body: dict[str, Any] = {"model": model, **json.loads(json.dumps(case.request)), "stream": mode == "stream"}
-    if case.endpoint == "responses":
-        if "messages" in body:
-            body["input"] = body.pop("messages")
-        if "tool_choice" in body:
-            body["tool_choice"] = _responses_tool_choice(body["tool_choice"])
-        if "max_tokens" in body:
-            body["max_output_tokens"] = body.pop("max_tokens")
+    if case.endpoint == "responses" and "messages" in body:
+        body["input"] = body.pop("messages")
     if forcing:
         body.update(forcing)
     return body

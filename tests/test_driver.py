@@ -154,7 +154,7 @@ def test_a_server_that_cannot_force_gets_skips_not_requests(cases, tmp_path):
     assert [(r.outcome, r.reason) for r in output.results] == [("skip", f"server {server.base_url} cannot force outputs")] * 2
 
 
-def test_responses_requests_use_input_and_flat_tool_choice(tmp_path):
+def test_responses_requests_send_messages_as_input_and_the_rest_as_given(tmp_path):
     (case,) = load_cases(tmp_path, """
 - id: responses-named
   description: A named tool choice sent to the Responses API is refused under hf with HTTP 400.
@@ -163,8 +163,8 @@ def test_responses_requests_use_input_and_flat_tool_choice(tmp_path):
   request:
     messages: [{role: user, content: hi}]
     tools: [get_weather]
-    tool_choice: {type: function, function: {name: get_weather}}
-    max_tokens: 8
+    tool_choice: {type: function, name: get_weather}
+    max_output_tokens: 8
   force: "x"
   expect:
     hf:
