@@ -51,8 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from conformance.server import ServerStartError, launch
 
-    # SIGTERM unwinds like Ctrl-C, so the server's process tree is stopped either way.
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    # Ctrl-C and SIGTERM both unwind through `launch`, which stops the server's process tree (set
+    # SIGINT explicitly: a shell starting us in the background would have it ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     print(f"starting vLLM ({args.profile} profile) for {args.model} ...", file=sys.stderr)
     try:
         with launch(
@@ -76,6 +78,3 @@ def run(args: argparse.Namespace) -> int:
         print("stopped", file=sys.stderr)
         return exit_codes.OK
 
-
-def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
