@@ -217,6 +217,7 @@ def test_serve_command_stops_the_tree_on_ctrl_c_or_sigterm(fake_python, stop_sig
         [sys.executable, "-m", "conformance", "serve", "--profile", "legacy", "--model", "m", "--python", str(python),
          "--", "--seed", "3"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as a shell's background job has it
     )  # fmt: skip
     try:
         printed = [command.stdout.readline() for _ in range(5)]  # healthy, base_url, model, log, press Ctrl-C
