@@ -243,7 +243,8 @@ def _read_responses_stream(events, invalid, stream_error, done, after_done) -> S
     if terminal and isinstance(terminal[-1].get("response"), Mapping):
         final = _message_from_responses_json(terminal[-1]["response"])
     text = _join(reasoning)
-    message = Message(text, _join(content), calls, final.finish_reason if final else None, {"reasoning"} if text else set())
+    finish_reason = final.finish_reason if final else None
+    message = Message(text, _join(content), calls, finish_reason, {"reasoning"} if text else set())
     return StreamReading(message, events, invalid, stream_error, done, after_done, tool_deltas, [], events, final)
 
 
@@ -346,13 +347,6 @@ def _expected_call_view(call: Any) -> dict[str, Any]:
 def _stream_override_keys(case: Any, profile: str) -> set[str]:
     expectation = case.expect.get(profile)
     return set(expectation.stream_overrides) if expectation is not None else set()
-
-
-def _raw_expected_indices(case: Any, profile: str, mode: str) -> set[int]:
-    view = expected_view(case, profile, mode)
-    if view is None:
-        return set()
-    return {i for i, call in enumerate(view["tool_calls"]) if "raw" in call["arguments"]}
 
 
 # --- the checks ---------------------------------------------------------------------------------
@@ -483,7 +477,9 @@ def check_arguments_schema(message: Message, tools: Mapping[str, Mapping[str, An
         schema = tool
         validator = validators.validator_for(schema)(schema)
         errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
-        problems += [f"call {index} ({call.name}) {'/'.join(map(str, e.path)) or '<root>'}: {e.message}" for e in errors]
+        for error in errors:
+            where = "/".join(map(str, error.path)) or "<root>"
+            problems.append(f"call {index} ({call.name}) {where}: {error.message}")
     if not message.tool_calls:
         return Check("arguments_schema", SKIP, SCHEMA, reason="no tool calls")
     if problems:
@@ -683,7 +679,7 @@ def judge(
         checks.append(check_stream_framing(reading, transcript.endpoint))
         if transcript.endpoint == "chat":
             checks.append(check_tool_call_deltas(reading))
-    raw_expected = set() if natural else _raw_expected_indices(case, transcript.profile, transcript.mode)
+    raw_expected = {i for i, call in enumerate(expected["tool_calls"] if expected else []) if "raw" in call["arguments"]}
     checks.append(check_arguments_json(message, raw_expected))
     checks.append(check_marker_leaks(message, expected, markers))
     checks.append(check_arguments_schema(message, case.tool_parameters()))
@@ -698,7 +694,8 @@ def judge(
     if natural:
         checks.append(check_natural(message, case.natural.expect_tool if case.natural else None))
     elif expectation is None:
-        checks.append(Check("expectation", SKIP, EXPECTATION, reason=f"no expectation for profile {transcript.profile}"))
+        reason = f"no expectation for profile {transcript.profile}"
+        checks.append(Check("expectation", SKIP, EXPECTATION, reason=reason))
     elif expected_error is None and expected is not None:
         checks.append(check_expected_message(message, expected))
         wanted_streaming = expectation.tool_call_streaming

@@ -16,7 +16,8 @@ from conformance.transcript import Transcript
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:.5em 0}
+td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}
 pre{background:#f6f8fa;padding:.5em;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
 .pass{color:#1a7f37}.fail{color:#cf222e}.error{color:#8250df}.skip{color:#9a6700}
 details{border-bottom:1px solid #eee;padding:.2em 0}summary{cursor:pointer}
@@ -35,7 +36,8 @@ def _checks_table(result: CaseResult) -> str:
         f"<td>{_pre(c.actual) if c.actual is not None else ''}</td></tr>"
         for c in result.checks
     )
-    return f"<table><tr><th>check</th><th>kind</th><th>outcome</th><th>reason</th><th>expected</th><th>actual</th></tr>{rows}</table>"
+    header = "".join(f"<th>{name}</th>" for name in ("check", "kind", "outcome", "reason", "expected", "actual"))
+    return f"<table><tr>{header}</tr>{rows}</table>"
 
 
 def _transcript_section(transcript: Transcript | None) -> str:

@@ -22,7 +22,8 @@ def render(results: Sequence[CaseResult], stamp: Mapping[str, Any]) -> str:
         )  # fmt: skip
         properties = ET.SubElement(suite, "properties")
         for key, value in stamp.items():
-            ET.SubElement(properties, "property", name=key, value=" ".join(value) if isinstance(value, list) else str(value))
+            text = " ".join(value) if isinstance(value, list) else str(value)
+            ET.SubElement(properties, "property", name=key, value=text)
         for result in subset:
             name = result.name + (f"#{result.repeat}" if result.repeat else "")
             testcase = ET.SubElement(suite, "testcase", name=name, classname=f"{profile}.{result.case_id}")
