@@ -446,6 +446,23 @@ def check_tool_call_deltas(reading: StreamReading) -> Check:
     return Check("tool_call_deltas", PASS)
 
 
+def check_tool_call_shape(message: Message) -> Check:
+    """Every call has a non-empty id, type "function" and a non-empty name; ids are distinct."""
+    problems = []
+    for index, call in enumerate(message.tool_calls):
+        missing = [what for what, ok in (("an id", isinstance(call.id, str) and call.id),
+                                         ('type "function"', call.type == "function"),
+                                         ("a non-empty name", isinstance(call.name, str) and call.name)) if not ok]
+        if missing:
+            problems.append(f"call {index} lacks {', '.join(missing)}")
+    ids = [call.id for call in message.tool_calls if call.id]
+    if len(ids) != len(set(ids)):
+        problems.append(f"tool call ids repeat: {ids}")
+    if problems:
+        return Check("tool_call_shape", FAIL, reason="; ".join(problems))
+    return Check("tool_call_shape", PASS)
+
+
 def check_arguments_json(message: Message, raw_expected: set[int]) -> Check:
     problems = []
     for index, call in enumerate(message.tool_calls):
@@ -680,6 +697,7 @@ def judge(
         if transcript.endpoint == "chat":
             checks.append(check_tool_call_deltas(reading))
     raw_expected = {i for i, call in enumerate(expected["tool_calls"] if expected else []) if "raw" in call["arguments"]}
+    checks.append(check_tool_call_shape(message))
     checks.append(check_arguments_json(message, raw_expected))
     checks.append(check_marker_leaks(message, expected, markers))
     checks.append(check_arguments_schema(message, case.tool_parameters()))

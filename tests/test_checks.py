@@ -155,7 +155,8 @@ def test_a_well_formed_hf_stream_passes_every_check(cases):
     non_stream = response_transcript(GOOD_MESSAGE, "tool_calls", request=case.request)
     checks = by_name(judge(case, stream, companion=non_stream))
     assert {n: c.outcome for n, c in checks.items()} == {
-        "transport": "pass", "stream_framing": "pass", "tool_call_deltas": "pass", "arguments_json": "pass",
+        "transport": "pass", "stream_framing": "pass", "tool_call_deltas": "pass", "tool_call_shape": "pass",
+        "arguments_json": "pass",
         "marker_leak": "pass", "arguments_schema": "pass", "reasoning_field": "pass",
         "tool_call_streaming": "pass", "client_replay": "pass", "stream_equals_non_stream": "pass",
         "expected_message": "pass", "expected_tool_call_streaming": "pass",
@@ -446,3 +447,15 @@ def test_an_unforeseen_shape_becomes_an_error_result_not_a_crash(cases):
     (result,) = judge_group(cases["legacy-only"], {"stream": weird}, DEFAULT_MARKERS)
     assert result.outcome == "error"
     assert result.reason.startswith("judge: internal error while judging: TypeError")
+
+
+def test_tool_call_shape_in_a_whole_message(cases):
+    two = {"tool_calls": [{"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
+                          {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}
+    check = by_name(judge(cases["legacy-only"], response_transcript(two, "tool_calls")))["tool_call_shape"]
+    assert check.outcome == "fail" and "tool call ids repeat: ['a', 'a']" in check.reason
+    bare = {"tool_calls": [{"function": {"name": "", "arguments": "{}"}}]}
+    check = by_name(judge(cases["legacy-only"], response_transcript(bare, "tool_calls")))["tool_call_shape"]
+    assert check.reason == 'call 0 lacks an id, type "function", a non-empty name'
+    good = by_name(judge(cases["one-call"], response_transcript(GOOD_MESSAGE, "tool_calls")))
+    assert good["tool_call_shape"].outcome == "pass"
