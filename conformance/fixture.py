@@ -147,7 +147,8 @@ def response_template_for(variant: str) -> dict | None:
         del fields["thinking"]
     elif variant == "reasoning-content":
         # vLLM 0.32 serves only thinking/content/tool_calls: this name is refused at startup.
-        template["fields"] = {"reasoning_content" if name == "thinking" else name: spec for name, spec in fields.items()}
+        renamed = {"thinking": "reasoning_content"}
+        template["fields"] = {renamed.get(name, name): spec for name, spec in fields.items()}
     return template
 
 

@@ -182,7 +182,8 @@ class ServerProcess:
                 server_error = find_server_error(_read_text(self.log_path))
                 detail = f"; last error line: {server_error}" if server_error else ""
                 raise ServerStartError(
-                    f"the {self.profile.name} server was not healthy after {timeout:g} s{detail} (log: {self.log_path})",
+                    f"the {self.profile.name} server was not healthy after {timeout:g} s{detail} "
+                    f"(log: {self.log_path})",
                     server_error=server_error,
                     log_path=self.log_path,
                 )

@@ -272,14 +272,29 @@ FORCED_REASONING_AND_CALL = (
 )
 
 
-def forced_weather_request(server) -> dict:
-    return {
+def forced_weather_exchange(server) -> tuple[dict, list[dict], list[dict]]:
+    """Force FORCED_REASONING_AND_CALL without and with streaming; check both came out canonically
+    tokenized; return (non-streaming choice, stream deltas, stream tool-call deltas)."""
+    request = {
         "model": server.model,
         "messages": [{"role": "user", "content": "Weather in Paris?"}],
         "tools": [WEATHER_TOOL],
         "temperature": 0,
         **forcing_extra_body(FORCED_REASONING_AND_CALL),
     }
+    response = chat(server, request)
+    chunks = chat_stream(server, request)
+    for token_ids in (token_ids_of(response), token_ids_of_stream(chunks)):
+        assert verify_forced_output(server.root_url, server.model, FORCED_REASONING_AND_CALL, token_ids) == []
+    choices = [chunk["choices"][0] for chunk in chunks if chunk.get("choices")]
+    assert choices[-1]["finish_reason"] == "tool_calls"
+    deltas = [choice["delta"] for choice in choices]
+    assert "".join(delta.get("reasoning") or "" for delta in deltas) == "\nThe user wants weather.\n"
+    return response["choices"][0], deltas, [call for delta in deltas for call in delta.get("tool_calls") or []]
+
+
+def parsed_calls(message: dict) -> list[tuple[str, object]]:
+    return [(call["function"]["name"], json.loads(call["function"]["arguments"])) for call in message["tool_calls"]]
 
 
 @pytest.mark.vllm
@@ -294,47 +309,27 @@ def test_both_profiles_run_at_once_and_report_version_and_flags(hf_server, legac
 
 @pytest.mark.vllm
 def test_hf_parses_forced_reasoning_and_one_whole_tool_call_delta(hf_server) -> None:
-    request = forced_weather_request(hf_server)
-    response = chat(hf_server, request)
-    message = response["choices"][0]["message"]
-    assert message["reasoning"] == "\nThe user wants weather.\n"
-    assert [(call["function"]["name"], json.loads(call["function"]["arguments"])) for call in message["tool_calls"]] == [
-        ("get_weather", {"city": "Paris"})
-    ]
-    assert response["choices"][0]["finish_reason"] == "tool_calls"
-    assert verify_forced_output(hf_server.root_url, hf_server.model, FORCED_REASONING_AND_CALL, token_ids_of(response)) == []
-
-    chunks = chat_stream(hf_server, request)
-    deltas = [chunk["choices"][0]["delta"] for chunk in chunks if chunk.get("choices")]
-    assert "".join(delta.get("reasoning") or "" for delta in deltas) == "\nThe user wants weather.\n"
-    call_deltas = [call for delta in deltas for call in delta.get("tool_calls") or []]
+    choice, _, call_deltas = forced_weather_exchange(hf_server)
+    assert choice["message"]["reasoning"] == "\nThe user wants weather.\n"
+    assert parsed_calls(choice["message"]) == [("get_weather", {"city": "Paris"})]
+    assert choice["finish_reason"] == "tool_calls"
     assert len(call_deltas) == 1
     (call,) = call_deltas
     assert call["index"] == 0 and call["type"] == "function" and call["id"].startswith("chatcmpl-tool-")
     assert call["function"]["name"] == "get_weather"
     assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
-    assert [chunk["choices"][0].get("finish_reason") for chunk in chunks if chunk.get("choices")][-1] == "tool_calls"
-    assert verify_forced_output(hf_server.root_url, hf_server.model, FORCED_REASONING_AND_CALL, token_ids_of_stream(chunks)) == []
 
 
 @pytest.mark.vllm
 def test_legacy_streams_the_name_first_then_argument_fragments(legacy_server) -> None:
-    request = forced_weather_request(legacy_server)
-    response = chat(legacy_server, request)
-    message = response["choices"][0]["message"]
-    assert message["reasoning"] == "\nThe user wants weather.\n"  # canonical </think>: nothing leaks into reasoning
-    assert [json.loads(call["function"]["arguments"]) for call in message["tool_calls"]] == [{"city": "Paris"}]
-    assert verify_forced_output(legacy_server.root_url, legacy_server.model, FORCED_REASONING_AND_CALL, token_ids_of(response)) == []
-
-    chunks = chat_stream(legacy_server, request)
-    deltas = [chunk["choices"][0]["delta"] for chunk in chunks if chunk.get("choices")]
-    assert "".join(delta.get("reasoning") or "" for delta in deltas) == "\nThe user wants weather.\n"
-    call_deltas = [call for delta in deltas for call in delta.get("tool_calls") or []]
+    choice, _, call_deltas = forced_weather_exchange(legacy_server)
+    # With </think> as its single token nothing leaks into reasoning (it did with plain random weights).
+    assert choice["message"]["reasoning"] == "\nThe user wants weather.\n"
+    assert parsed_calls(choice["message"]) == [("get_weather", {"city": "Paris"})]
     first, *rest = call_deltas
     assert first["function"]["name"] == "get_weather" and not first["function"].get("arguments")
     assert len(rest) > 1 and all("name" not in call["function"] for call in rest)
     assert json.loads("".join(call["function"]["arguments"] for call in rest)) == {"city": "Paris"}
-    assert verify_forced_output(legacy_server.root_url, legacy_server.model, FORCED_REASONING_AND_CALL, token_ids_of_stream(chunks)) == []
 
 
 @pytest.mark.vllm
