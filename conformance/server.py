@@ -68,7 +68,9 @@ COMMON_SERVER_ARGS: tuple[str, ...] = (
     "--enforce-eager",
     "--dtype", "float32",
 )  # fmt: skip
-SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}  # GiB of KV cache on CPU builds; the default is far larger
+# Defaults for the server's environment (the caller's environment wins): GiB of KV cache on CPU
+# builds, where the default would take a large share of the machine's memory.
+SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 STOP_GRACE_SECONDS = 15.0
 KILL_WAIT_SECONDS = 5.0
 POLL_SECONDS = 0.5
@@ -153,7 +155,7 @@ class ServerProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **SERVER_ENV},
+                env={**SERVER_ENV, **os.environ},
                 start_new_session=True,  # its own process group: Ctrl-C reaches only us, and we stop the group
                 preexec_fn=_terminate_when_parent_dies if sys.platform.startswith("linux") else None,
             )
