@@ -31,7 +31,7 @@ GOAL_SHARE = 0.05
 
 @contextlib.contextmanager
 def server_target(args: argparse.Namespace, work: Path) -> Iterator[tuple[object, tuple[str, ...]]]:
-    from conformance.commands.run import markers_for_checkpoint
+    from conformance.engine import markers_for_checkpoint
     from conformance.driver import Target
 
     if args.base_url:

@@ -9,6 +9,7 @@ judges a recorded transcripts file again with no server.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -16,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from conformance.checks import DEFAULT_MARKERS, Check, judge
+from conformance.checks import DEFAULT_MARKERS, Check, judge, template_markers
 from conformance.driver import Target, fetch_server_version, make_client, request_body, send
 from conformance.report.stamp import make_stamp
 from conformance.results import RESULTS_FILE, CaseResult, Summary, make_result, summarize
@@ -41,6 +42,22 @@ class RunOutput:
 def case_modes(case: Any) -> tuple[str, ...]:
     wanted = tuple(case.modes or MODES)
     return tuple(mode for mode in MODES if mode in wanted)  # non-stream first: the stream is judged against it
+
+
+class CheckpointError(Exception):
+    """A local checkpoint's tokenizer_config.json cannot be read."""
+
+
+def markers_for_checkpoint(checkpoint: Path | None) -> tuple[str, ...]:
+    """The delimiters checked for leaks: from the checkpoint's response_template, else the defaults."""
+    if checkpoint is None:
+        return template_markers(None)
+    path = checkpoint / "tokenizer_config.json"
+    try:
+        config = json.loads(path.read_text("utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path}: cannot read: {exc}") from exc
+    return template_markers(config.get("response_template") if isinstance(config, dict) else None)
 
 
 def select_cases(cases: Iterable[Any], ids: Sequence[str] = (), features: Sequence[str] = ()) -> list[Any]:

@@ -26,6 +26,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--conformance-profile", metavar="NAME", help="profile whose expectations apply (hf, legacy)")
     group.addoption("--conformance-cases", metavar="DIR", type=Path, help="case directory (default: shipped cases/)")
     group.addoption("--conformance-out", metavar="DIR", type=Path, help="write transcripts, results and reports here")
+    group.addoption("--conformance-checkpoint", metavar="DIR", type=Path,
+                    help="local checkpoint whose response_template gives the markers checked for leaks")
     group.addoption("--conformance-concurrency", metavar="N", type=int, default=8, help="requests in flight (default 8)")
     group.addoption("--conformance-timeout", metavar="S", type=float, default=120, help="seconds per request")
 
@@ -45,7 +47,13 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"conformance cases: {exc}") from exc
     for tag, description in features.items():
         config.addinivalue_line("markers", f"{tag}: conformance feature: {description}")
-    config.stash[_STATE] = {"cases": cases, "results": None}
+    from conformance.engine import CheckpointError, markers_for_checkpoint
+
+    try:
+        markers = markers_for_checkpoint(config.getoption("conformance_checkpoint"))
+    except CheckpointError as exc:
+        raise pytest.UsageError(f"--conformance-checkpoint: {exc}") from exc
+    config.stash[_STATE] = {"cases": cases, "markers": markers, "results": None}
 
 
 class ConformanceSuite(pytest.Collector):
@@ -123,7 +131,8 @@ def _results(session: pytest.Session) -> dict[tuple[str, str], Any]:
         target = Target(base_url=option("conformance_base_url"), model=option("conformance_model"),
                         profile=option("conformance_profile"), timeout=option("conformance_timeout"))
         out_dir = option("conformance_out")
-        output = run(list(selected.values()), target, out_dir, concurrency=option("conformance_concurrency"))
+        output = run(list(selected.values()), target, out_dir, concurrency=option("conformance_concurrency"),
+                     markers=state["markers"])
         if out_dir is not None:
             write_reports(out_dir, output.results, output.stamp, read_transcripts(out_dir / TRANSCRIPTS_FILE))
         state["results"] = {(r.case_id, r.mode): r for r in output.results}

@@ -17,7 +17,7 @@ import pytest
 
 from conformance.cases import load_suite
 from conformance.checks import read_stream, response_message
-from conformance.commands.run import markers_for_checkpoint
+from conformance.engine import markers_for_checkpoint
 from conformance.driver import Target
 from conformance.engine import run
 from conformance.results import read_results
@@ -143,10 +143,11 @@ def test_hf_reasoning_arrives_in_the_reasoning_field(hf_run):
     assert with_reasoning >= 5
 
 
-def test_pytest_plugin_runs_the_cases_against_real_vllm(pytester, hf_server):
+def test_pytest_plugin_runs_the_cases_against_real_vllm(pytester, hf_server, tiny_checkpoint):
     result = pytester.runpytest(
         f"--conformance-base-url={hf_server.base_url}", f"--conformance-model={hf_server.model}",
         "--conformance-profile=hf", "-m", "reasoning and tool_call", "-p", "no:cacheprovider",
+        f"--conformance-checkpoint={tiny_checkpoint}",
     )  # fmt: skip
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) >= 4 and not {"failed", "errors", "error"} & set(outcomes), outcomes

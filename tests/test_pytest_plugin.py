@@ -106,3 +106,7 @@ def test_incomplete_options_are_a_usage_error(pytester):
     result = pytester.runpytest("--conformance-base-url", "http://127.0.0.1:9/v1")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--conformance-base-url needs --conformance-model and --conformance-profile*"])
+    result = pytester.runpytest("--conformance-base-url=http://127.0.0.1:9/v1", "--conformance-model=m",
+                                "--conformance-profile=hf", f"--conformance-checkpoint={pytester.path / 'nope'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--conformance-checkpoint: *nope/tokenizer_config.json: cannot read*"])

@@ -38,8 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from conformance.cases import CaseFileError, load_suite
-    from conformance.commands.run import LaunchFailed, markers_for_checkpoint
-    from conformance.engine import recheck, write_reports
+    from conformance.engine import CheckpointError, markers_for_checkpoint, recheck, write_reports
     from conformance.report.jsonl import write_results
     from conformance.report.stamp import make_stamp
     from conformance.results import RESULTS_FILE, summarize
@@ -49,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         transcripts = read_transcripts(args.transcripts)
         cases = load_suite(args.cases)
         markers = markers_for_checkpoint(args.checkpoint)
-    except (TranscriptError, CaseFileError, LaunchFailed) as exc:
+    except (TranscriptError, CaseFileError, CheckpointError) as exc:
         print(f"conformance recheck: error: {exc}", file=sys.stderr)
         return exit_codes.ERROR
     if not transcripts:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import json
 import signal
 import sys
 from collections.abc import Iterator
@@ -73,7 +72,7 @@ def _usage_error(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from conformance.cases import CaseFileError, load_features, load_suite
-    from conformance.engine import select_cases
+    from conformance.engine import CheckpointError, select_cases
 
     if args.base_url and not (args.model and args.profile):
         return _usage_error("--base-url needs --model and --profile")
@@ -101,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"running {len(cases)} cases against {target.base_url} ({target.profile} profile); "
                   f"writing to {out_dir}", file=sys.stderr)
             return _run_and_report(cases, target, markers, out_dir, args)
-    except LaunchFailed as exc:
+    except (TargetError, CheckpointError) as exc:
         return _usage_error(str(exc))
 
 
@@ -122,14 +121,15 @@ def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out
     return output.summary.exit_code
 
 
-class LaunchFailed(Exception):
-    """The server could not be started, or the checkpoint's template could not be read."""
+class TargetError(Exception):
+    """The server could not be started."""
 
 
 @contextlib.contextmanager
 def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tuple[str, ...]]]:
     """(Target, markers) for an attached server, or for a freshly launched one (stopped on exit)."""
     from conformance.driver import Target
+    from conformance.engine import markers_for_checkpoint
 
     if args.base_url:
         yield Target(
@@ -150,21 +150,7 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
                 args=tuple(server.args), checkpoint_revision=args.checkpoint_revision or _directory_digest(checkpoint),
             ), markers_for_checkpoint(checkpoint)  # fmt: skip
     except ServerStartError as exc:
-        raise LaunchFailed(f"could not start vLLM: {exc}") from exc
-
-
-def markers_for_checkpoint(checkpoint: Path | None) -> tuple[str, ...]:
-    """The delimiters checked for leaks: from the checkpoint's response_template, else the defaults."""
-    from conformance.checks import template_markers
-
-    if checkpoint is None:
-        return template_markers(None)
-    path = checkpoint / "tokenizer_config.json"
-    try:
-        config = json.loads(path.read_text("utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise LaunchFailed(f"{path}: cannot read: {exc}") from exc
-    return template_markers(config.get("response_template") if isinstance(config, dict) else None)
+        raise TargetError(f"could not start vLLM: {exc}") from exc
 
 
 def _directory_digest(directory: Path) -> str:
