@@ -280,7 +280,10 @@ def _read_text(path: Path) -> str:
 
 # "(APIServer pid=123) " / "(EngineCore_DP0 pid=456) " prefixes vLLM puts on its processes' lines.
 _PROCESS_PREFIX = re.compile(r"^\([\w.-]+ pid=\d+\)\s?")
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)\b:\s*(?P<message>.+)$")
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)\b:\s*.+$"  # SomeError: message
+    r"|^[\w.-]+: error: .+$"  # argparse: "api_server.py: error: argument --dtype: invalid choice: ..."
+)
 _PYDANTIC_VALUE_ERROR = re.compile(r"^\s*(?:Value|Type|Assertion) error, (?P<message>.+?)(?:\s+\[type=.*)?$")
 _GENERIC_ERRORS = ("Engine core initialization failed", "See root cause above", "validation error for ")
 

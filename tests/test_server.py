@@ -257,6 +257,10 @@ ENGINE_LOG = """\
     [
         (PYDANTIC_LOG, "The hf parser requires `response_template` metadata in the tokenizer configuration"),
         (ENGINE_LOG, "RuntimeError: Unsupported CPU attention configuration: head_dim=16 isa=2 kv_cache_idx=0"),
+        (
+            "                     [model_tag]\napi_server.py: error: argument --dtype: invalid choice: 'bogus'\n",
+            "api_server.py: error: argument --dtype: invalid choice: 'bogus'",
+        ),
         ("INFO all good\n", None),
     ],
 )
