@@ -534,6 +534,19 @@ def check_stream_equals_non_stream(
     return Check("stream_equals_non_stream", PASS, reason="same message" + suffix)
 
 
+def finding_forced_output(transcript: Transcript) -> Check:
+    """Did the server emit exactly the forced text, each marker as its own token? A finding: some
+    request patterns legitimately replace the forced output (hermes guides `required` with its own
+    grammar); where they do not, a `no` explains the failures next to it."""
+    problems = transcript.forcing_problems
+    if problems is None:
+        return Check("forced_output", SKIP, FINDING,
+                     reason="not verified: no token ids came back or the server has no /tokenize and /detokenize")
+    if problems:
+        return Check("forced_output", FAIL, FINDING, reason="; ".join(problems)[:600])
+    return Check("forced_output", PASS, FINDING, reason="exactly the forced text, every marker as its single token")
+
+
 def finding_reasoning_field(message: Message) -> Check:
     keys = sorted(message.reasoning_keys)
     value = "+".join(keys) if keys else "none"
@@ -702,6 +715,8 @@ def judge(
     checks.append(check_marker_leaks(message, expected, markers))
     checks.append(check_arguments_schema(message, case.tool_parameters()))
     checks.append(finding_reasoning_field(message))
+    if transcript.forced and transcript.endpoint == "chat":
+        checks.append(finding_forced_output(transcript))
     if reading is not None:
         checks.append(finding_tool_call_streaming(reading))
         if transcript.endpoint == "chat":

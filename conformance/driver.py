@@ -31,13 +31,32 @@ class Target:
     profile: str
     api_key: str = "EMPTY"
     timeout: float = DEFAULT_TIMEOUT  # seconds per request, whole stream included
-    can_force: bool = True  # False: forced cases are skipped (the server cannot force outputs)
+    can_force: bool | None = None  # None: ask the server with one probe request at the start of a run
+    cannot_force_reason: str | None = None  # why forced cases are skipped when can_force is False
     version: str | None = None
     args: tuple[str, ...] = ()
     checkpoint_revision: str | None = None
 
+    @property
+    def root_url(self) -> str:
+        """The server address without the `/v1` API prefix (where vLLM's /tokenize lives)."""
+        return self.base_url.rstrip("/").removesuffix("/v1")
+
     def stamp(self) -> ServerStamp:
         return ServerStamp(self.base_url, self.model, self.profile, self.version, self.args, self.checkpoint_revision)
+
+
+FORCING_CHOICES = ("probe", "trust", "off")
+FORCING_HELP = ("forced outputs: `probe` (default) sends one forced request first and skips the forced cases "
+                "if the server does not honour it; `trust` sends them without asking (a server that forces but "
+                "has no /tokenize); `off` skips them")
+
+
+def forcing_fields(choice: str) -> dict[str, Any]:
+    """Target fields for a FORCING_CHOICES value (can_force None: the engine probes at the start of a run)."""
+    if choice == "off":
+        return {"can_force": False, "cannot_force_reason": "forcing is off for this run"}
+    return {"can_force": True if choice == "trust" else None}
 
 
 def make_client(target: Target):
@@ -55,10 +74,9 @@ async def fetch_server_version(target: Target) -> str | None:
     """vLLM answers GET /version with {"version": "..."}; None when the server has no such route."""
     import httpx
 
-    root = target.base_url.rstrip("/").removesuffix("/v1")
     try:
         async with httpx.AsyncClient(timeout=10) as http:
-            reply = await http.get(f"{root}/version")
+            reply = await http.get(f"{target.root_url}/version")
         return str(reply.json()["version"]) if reply.status_code == 200 else None
     except (httpx.HTTPError, ValueError, KeyError, TypeError):
         return None

@@ -90,14 +90,53 @@ def _forcing_for(case: Any, target: Target, natural: bool) -> tuple[dict[str, An
     """(extra body fields that force the case's output, or None; skip reason, or None)."""
     if natural or case.force is None:  # natural mode, or an unforced case (cases/README.md)
         return None, None
-    if not target.can_force:
-        return None, f"server {target.base_url} cannot force outputs"
+    if target.can_force is False:
+        return None, f"server {target.base_url} cannot force outputs: {target.cannot_force_reason or 'as told'}"
     from conformance.forcing import ForcingUnsupported, forcing_extra_body
 
     try:
         return forcing_extra_body(case.force), None
     except (ForcingUnsupported, ValueError) as exc:
         return None, f"cannot force this output: {exc}"
+
+
+async def resolve_forcing(target: Target, cases: Sequence[Any], natural: bool) -> Target:
+    """Settle `target.can_force` once per run: when unknown (None) and some case is forced, one small
+    forced request tells whether the server honours forced outputs with canonical tokens."""
+    if target.can_force is not None or natural or all(case.force is None for case in cases):
+        return target
+    from conformance.forcing import ForcingUnsupported, probe_forcing
+
+    try:
+        await asyncio.to_thread(probe_forcing, target.root_url, target.model, target.timeout, target.api_key)
+    except ForcingUnsupported as exc:
+        return replace(target, can_force=False, cannot_force_reason=str(exc))
+    except OSError:  # unreachable or broken: every request records its own error
+        pass
+    return replace(target, can_force=True)
+
+
+def verify_forcing(target: Target, case: Any, transcript: Transcript) -> list[str] | None:
+    """Problems with a forced output that came back (see `conformance.forcing.verify_forced_output`);
+    None when it cannot be verified (no token ids, no tokenizer endpoints, an unreachable server)."""
+    from conformance.checks import read_stream, response_message
+    from conformance.forcing import ForcingUnsupported, token_ids_of, token_ids_of_stream, verify_forced_output
+
+    if transcript.mode == "stream":
+        reading = read_stream(transcript)
+        token_ids, message = token_ids_of_stream(reading.chunks), reading.message
+    else:
+        token_ids, message = token_ids_of(transcript.response or {}), response_message(transcript)
+    # Non-streaming answers report `tool_calls`, not `length`, for a call parsed from a cut output
+    # (contract 3.5), so a cut is also told by the token count reaching the request's limit.
+    limit = transcript.request.get("max_completion_tokens") or transcript.request.get("max_tokens")
+    truncated = (message is not None and message.finish_reason == "length") or bool(
+        limit and token_ids and len(token_ids) >= limit)
+    try:
+        return verify_forced_output(target.root_url, target.model, case.force, token_ids, api_key=target.api_key,
+                                    truncated=truncated)
+    except (ForcingUnsupported, OSError, ValueError, KeyError):
+        return None
 
 
 def _skipped(case: Any, target: Target, mode: str, repeat: int, reason: str) -> Transcript:
@@ -147,6 +186,7 @@ async def run_async(
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if target.version is None:
         target = replace(target, version=await fetch_server_version(target))
+    target = await resolve_forcing(target, cases, natural)
     writers = None
     if out_dir is not None:
         writers = (JsonLinesWriter(out_dir / TRANSCRIPTS_FILE), JsonLinesWriter(out_dir / RESULTS_FILE))
@@ -163,6 +203,8 @@ async def run_async(
             async with semaphore:
                 transcript = await send(client, target, case, mode, forcing=forcing, natural=natural,
                                         repeat=repeat_index)
+                if forcing is not None and transcript.status == 200 and case.endpoint == "chat":
+                    transcript.forcing_problems = await asyncio.to_thread(verify_forcing, target, case, transcript)
         if writers:
             writers[0].write(transcript.to_dict())
         return transcript

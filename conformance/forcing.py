@@ -77,22 +77,28 @@ def verify_forced_output(
     raw_text: str,
     token_ids: Sequence[int] | None,
     markers: Sequence[str] = DEFAULT_MARKERS,
+    api_key: str | None = None,
+    truncated: bool = False,
 ) -> list[str]:
     """Problems with a forced output (empty list: the text is exact and canonically tokenized).
+    `truncated`: generation stopped early (finish_reason `length`), so a prefix of the text is right.
 
     Raises ForcingUnsupported when the server returned no token ids or has no tokenizer endpoints.
     """
     if token_ids is None:
         raise ForcingUnsupported("the server returned no token_ids (it does not support vLLM's return_token_ids)")
     problems: list[str] = []
-    decoded = detokenize(root_url, model, token_ids)
-    if decoded != raw_text and not (token_ids and detokenize(root_url, model, token_ids[:-1]) == raw_text):
-        problems.append(f"the output is not the forced text: expected {raw_text!r}, got {decoded!r}")
+    decoded = detokenize(root_url, model, token_ids, api_key)
+    if truncated and raw_text.startswith(decoded):
+        raw_text = decoded  # the markers to find are those of the part that was generated
+    elif decoded != raw_text and not (token_ids and detokenize(root_url, model, token_ids[:-1], api_key) == raw_text):
+        expected = "a prefix of " if truncated else ""
+        problems.append(f"the output is not {expected}the forced text: expected {raw_text!r}, got {decoded!r}")
     for marker in markers:
         occurrences = raw_text.count(marker)
         if not occurrences:
             continue
-        marker_ids = tokenize(root_url, model, marker)
+        marker_ids = tokenize(root_url, model, marker, api_key)
         if len(marker_ids) != 1:
             problems.append(f"marker {marker!r} is not a single token in this tokenizer: {marker_ids}")
             continue
@@ -105,7 +111,7 @@ def verify_forced_output(
     return problems
 
 
-def probe_forcing(root_url: str, model: str, timeout: float = 120) -> None:
+def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str | None = None) -> None:
     """Send one small forced request; raise ForcingUnsupported with the reason if it fails."""
     body = {
         "model": model,
@@ -115,11 +121,11 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120) -> None:
         **forcing_extra_body(PROBE_TEXT),
     }
     try:
-        response = _post_json(root_url + "/v1/chat/completions", body, timeout)
+        response = _post_json(root_url + "/v1/chat/completions", body, timeout, api_key)
     except urllib.error.HTTPError as error:
         detail = error.read().decode("utf-8", errors="replace")[:500]
         raise ForcingUnsupported(f"the server refused a forced request: HTTP {error.code} {detail}") from error
-    problems = verify_forced_output(root_url, model, PROBE_TEXT, token_ids_of(response))
+    problems = verify_forced_output(root_url, model, PROBE_TEXT, token_ids_of(response), api_key=api_key)
     if problems:
         raise ForcingUnsupported(
             "the server did not honour a forced output (a vLLM server with a reasoning parser needs "
@@ -127,29 +133,31 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120) -> None:
         )
 
 
-def tokenize(root_url: str, model: str, text: str) -> list[int]:
+def tokenize(root_url: str, model: str, text: str, api_key: str | None = None) -> list[int]:
     """Token ids of `text` from the server's own tokenizer (no special tokens added)."""
     body = {"model": model, "prompt": text, "add_special_tokens": False}
-    return list(_tokenizer_endpoint(root_url + "/tokenize", body)["tokens"])
+    return list(_tokenizer_endpoint(root_url + "/tokenize", body, api_key)["tokens"])
 
 
-def detokenize(root_url: str, model: str, token_ids: Sequence[int]) -> str:
+def detokenize(root_url: str, model: str, token_ids: Sequence[int], api_key: str | None = None) -> str:
     """Text of `token_ids` from the server's own tokenizer."""
-    return _tokenizer_endpoint(root_url + "/detokenize", {"model": model, "tokens": list(token_ids)})["prompt"]
+    body = {"model": model, "tokens": list(token_ids)}
+    return _tokenizer_endpoint(root_url + "/detokenize", body, api_key)["prompt"]
 
 
-def _tokenizer_endpoint(url: str, body: dict) -> dict:
+def _tokenizer_endpoint(url: str, body: dict, api_key: str | None) -> dict:
     try:
-        return _post_json(url, body, timeout=60)
+        return _post_json(url, body, 60, api_key)
     except urllib.error.HTTPError as error:
         if error.code in (404, 405):
             raise ForcingUnsupported(f"the server has no {url.rsplit('/', 1)[1]} endpoint to verify tokens") from error
         raise
 
 
-def _post_json(url: str, body: dict, timeout: float) -> dict:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
+def _post_json(url: str, body: dict, timeout: float, api_key: str | None) -> dict:
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.load(response)

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from conformance.driver import FORCING_CHOICES, FORCING_HELP, forcing_fields
+
 _STATE = pytest.StashKey[dict[str, Any]]()
 
 
@@ -30,6 +32,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="local checkpoint whose response_template gives the markers checked for leaks")
     group.addoption("--conformance-concurrency", metavar="N", type=int, default=8, help="requests in flight (default 8)")
     group.addoption("--conformance-timeout", metavar="S", type=float, default=120, help="seconds per request")
+    group.addoption("--conformance-forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -129,7 +132,8 @@ def _results(session: pytest.Session) -> dict[tuple[str, str], Any]:
         option = session.config.getoption
         selected = {item.case.id: item.case for item in session.items if isinstance(item, ConformanceItem)}
         target = Target(base_url=option("conformance_base_url"), model=option("conformance_model"),
-                        profile=option("conformance_profile"), timeout=option("conformance_timeout"))
+                        profile=option("conformance_profile"), timeout=option("conformance_timeout"),
+                        **forcing_fields(option("conformance_forcing")))
         out_dir = option("conformance_out")
         output = run(list(selected.values()), target, out_dir, concurrency=option("conformance_concurrency"),
                      markers=state["markers"])

@@ -157,14 +157,35 @@ def test_a_well_formed_hf_stream_passes_every_check(cases):
     assert {n: c.outcome for n, c in checks.items()} == {
         "transport": "pass", "stream_framing": "pass", "tool_call_deltas": "pass", "tool_call_shape": "pass",
         "arguments_json": "pass",
-        "marker_leak": "pass", "arguments_schema": "pass", "reasoning_field": "pass",
+        "marker_leak": "pass", "arguments_schema": "pass", "reasoning_field": "pass", "forced_output": "skip",
         "tool_call_streaming": "pass", "client_replay": "pass", "stream_equals_non_stream": "pass",
         "expected_message": "pass", "expected_tool_call_streaming": "pass",
     }  # fmt: skip
     assert checks["reasoning_field"].actual == "reasoning"
     assert checks["tool_call_streaming"].actual == "whole"
+    assert "not verified" in checks["forced_output"].reason  # no token ids were recorded
     assert outcome(case, stream, non_stream).outcome == "pass"
     assert outcome(case, non_stream).outcome == "pass"
+
+
+@pytest.mark.parametrize(
+    ("problems", "finding"), [([], "pass"), (["the output is not the forced text: ..."], "fail"), (None, "skip")]
+)
+def test_the_forced_output_verification_is_a_finding_that_never_fails_the_case(cases, problems, finding):
+    case = cases["one-call"]
+    transcript = response_transcript(GOOD_MESSAGE, "tool_calls", request=case.request)
+    transcript.forcing_problems = problems
+    check = by_name(judge(case, transcript))["forced_output"]
+    assert (check.outcome, check.kind) == (finding, "finding")
+    assert all(problem in check.reason for problem in problems or [])
+    assert outcome(case, transcript).outcome == "pass"
+
+
+def test_an_unforced_request_has_no_forced_output_finding(cases):
+    case = cases["one-call"]
+    transcript = response_transcript(GOOD_MESSAGE, "tool_calls", request=case.request)
+    transcript.forced = False
+    assert "forced_output" not in by_name(judge(case, transcript))
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,7 @@ def cases(cases_dir):
 def fake_run(cases, tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
     with fake_server(stall_seconds=4) as server:
-        target = Target(base_url=server.base_url, model="fake", profile="hf", timeout=1.5)
+        target = Target(base_url=server.base_url, model="fake", profile="hf", timeout=1.5, can_force=True)
         started = time.monotonic()
         output = run(cases, target, out, concurrency=8)
         elapsed = time.monotonic() - started
@@ -148,10 +148,20 @@ def test_connection_refused_is_an_error_for_every_request(cases, tmp_path):
 
 def test_a_server_that_cannot_force_gets_skips_not_requests(cases, tmp_path):
     with fake_server() as server:
-        target = Target(base_url=server.base_url, model="fake", profile="hf", can_force=False)
+        target = Target(base_url=server.base_url, model="fake", profile="hf", can_force=False,
+                        cannot_force_reason="told so")
         output = run(cases[:1], target, tmp_path)
     assert server.requests == []
-    assert [(r.outcome, r.reason) for r in output.results] == [("skip", f"server {server.base_url} cannot force outputs")] * 2
+    expected = ("skip", f"server {server.base_url} cannot force outputs: told so")
+    assert [(r.outcome, r.reason) for r in output.results] == [expected] * 2
+
+
+def test_one_probe_finds_out_that_a_server_cannot_force_and_forced_cases_are_skipped(cases, tmp_path):
+    with fake_server() as server:  # answers, but returns no token ids: forcing cannot be verified
+        output = run(cases[:2], Target(base_url=server.base_url, model="fake", profile="hf"), tmp_path)
+    assert len(server.requests) == 1 and server.requests[0]["structured_outputs"]["regex"]  # the probe only
+    assert {r.outcome for r in output.results} == {"skip"}
+    assert all("returned no token_ids" in r.reason for r in output.results), output.results[0].reason
 
 
 def test_responses_requests_send_messages_as_input_and_the_rest_as_given(tmp_path):
@@ -182,7 +192,7 @@ def test_responses_requests_send_messages_as_input_and_the_rest_as_given(tmp_pat
 def test_cli_run_against_a_server_exits_by_the_worst_outcome(cases_dir, tmp_path, capsys):
     with fake_server() as server:
         common = ["run", "--base-url", server.base_url, "--model", "fake", "--profile", "hf", "--cases",
-                  str(cases_dir), "--timeout", "5"]
+                  str(cases_dir), "--timeout", "5", "--forcing", "trust"]
         assert main([*common, "--case", "ok", "--out", str(tmp_path / "ok")]) == 0
         assert main([*common, "--case", "ok", "--case", "no-done", "--out", str(tmp_path / "fail")]) == 1
         assert main([*common, "--case", "http-500", "--out", str(tmp_path / "error")]) == 2
@@ -228,7 +238,7 @@ def test_natural_mode_counts_model_misses_apart_and_reports_pass_at_k(tmp_path):
     hf: {message: {content: "never compared in natural mode"}, finish_reason: stop}
 """).values())
     with fake_server() as server:
-        target = Target(base_url=server.base_url, model="fake", profile="hf")
+        target = Target(base_url=server.base_url, model="fake", profile="hf", can_force=True)
         output = run(cases, target, tmp_path / "out", natural=True, repeat=2)
     assert all("structured_outputs" not in body for body in server.requests)  # nothing forced
     assert len(server.requests) == 8
@@ -257,7 +267,7 @@ def test_an_unforced_case_is_sent_as_is_and_judged_on_its_expectation(tmp_path):
       tool_call_streaming: whole
 """).values())
     with fake_server() as server:
-        output = run(cases, Target(base_url=server.base_url, model="fake", profile="hf"), tmp_path / "out")
+        output = run(cases, Target(base_url=server.base_url, model="fake", profile="hf", can_force=True), tmp_path / "out")
     assert all("structured_outputs" not in body for body in server.requests)
     got = {r.mode: (r.outcome, r.forced, r.natural) for r in output.results}
     assert got == {"non-stream": ("pass", False, False), "stream": ("fail", False, False)}  # whole expected

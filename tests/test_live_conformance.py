@@ -164,3 +164,24 @@ def test_cli_launches_real_vllm_and_reports(tmp_path):
     assert stamp["server_version"] == "0.32.0" and stamp["checkpoint_revision"].startswith("sha256:")
     assert "--tool-call-parser" in stamp["server_args"] and "hermes" in stamp["server_args"]
     assert list(out.glob("vllm-legacy-*.log"))  # the server log sits next to the reports
+
+
+def forced_problems(transcripts: list[Transcript]) -> dict[tuple[str, str], list[str]]:
+    """(case id, mode) -> problems, for every forced chat answer whose token ids could be verified."""
+    return {(t.case_id, t.mode): t.forcing_problems for t in chat(transcripts)
+            if t.forced and t.forcing_problems is not None}
+
+
+def test_hf_emits_every_forced_output_exactly_with_canonical_marker_tokens(hf_run):
+    # truncated outputs (max_tokens) are checked as prefixes of the forced text
+    problems = forced_problems(hf_run[1])
+    assert len(problems) >= 60
+    assert {key: found for key, found in problems.items() if found} == {}
+
+
+def test_hermes_replaces_the_forced_output_when_tool_choice_is_required(legacy_run):
+    # contract 2.2: with `required`, hermes guides generation with its own grammar and drops the regex
+    _, transcripts = legacy_run
+    problems = forced_problems(transcripts)
+    assert problems[("tool-choice-required", "non-stream")] and problems[("tool-choice-required", "stream")]
+    assert "not the forced text" in problems[("tool-choice-required", "non-stream")][0]

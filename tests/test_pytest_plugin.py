@@ -67,7 +67,7 @@ def test_cases_become_items_with_readable_ids_and_outcomes(pytester, cases_dir):
     with fake_server() as server:
         result = pytester.runpytest(
             "--conformance-base-url", server.base_url, "--conformance-model", "fake",
-            "--conformance-profile", "hf", f"--conformance-cases={cases_dir}",
+            "--conformance-profile", "hf", f"--conformance-cases={cases_dir}", "--conformance-forcing=trust",
             f"--conformance-out={pytester.path / 'out'}", "-rA", "-p", "no:cacheprovider",
         )  # fmt: skip
     result.assert_outcomes(passed=3, failed=1, errors=2, skipped=1)
@@ -89,6 +89,7 @@ def test_feature_markers_select_cases(pytester, cases_dir):
         result = pytester.runpytest(
             "--conformance-base-url", server.base_url, "--conformance-model", "fake",
             "--conformance-profile", "hf", f"--conformance-cases={cases_dir}", "-m", "reasoning",
+            "--conformance-forcing=trust",
             "--strict-markers", "-p", "no:cacheprovider",
         )  # fmt: skip
     result.assert_outcomes(passed=2)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import exit_codes
+from conformance.driver import FORCING_CHOICES, FORCING_HELP, forcing_fields
 
 DESCRIPTION = """\
 Send every case (streaming and non-streaming unless a case says otherwise) to an OpenAI-compatible
@@ -55,8 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="only cases with this feature tag (repeatable)")
     parser.add_argument("--natural", action="store_true",
                         help="natural mode: send prompts without forcing outputs (for real models)")
-    parser.add_argument("--no-force", action="store_true",
-                        help="the server cannot force outputs: forced cases are skipped, not sent")
+    parser.add_argument("--forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP)
     parser.add_argument("--timeout", type=float, default=120, metavar="S", help="seconds per request (default: 120)")
     parser.add_argument("--api-key", default="EMPTY", metavar="KEY", help="API key sent to the server (default: EMPTY)")
     parser.add_argument("--checkpoint", type=Path, metavar="DIR",
@@ -134,7 +134,7 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
     if args.base_url:
         yield Target(
             base_url=args.base_url, model=args.model, profile=args.profile, api_key=args.api_key,
-            timeout=args.timeout, can_force=not args.no_force, checkpoint_revision=args.checkpoint_revision,
+            timeout=args.timeout, **forcing_fields(args.forcing), checkpoint_revision=args.checkpoint_revision,
         ), markers_for_checkpoint(args.checkpoint)  # fmt: skip
         return
     from conformance.fixture import build_fixture
@@ -146,7 +146,7 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
         with launch(args.launch, checkpoint, log_dir=out_dir) as server:
             yield Target(
                 base_url=server.base_url, model=server.model, profile=args.profile or server.profile.name,
-                api_key=args.api_key, timeout=args.timeout, can_force=not args.no_force, version=server.version,
+                api_key=args.api_key, timeout=args.timeout, **forcing_fields(args.forcing), version=server.version,
                 args=tuple(server.args), checkpoint_revision=args.checkpoint_revision or _directory_digest(checkpoint),
             ), markers_for_checkpoint(checkpoint)  # fmt: skip
     except ServerStartError as exc:
