@@ -14,15 +14,8 @@ from safetensors.numpy import load_file
 
 from conformance import exit_codes
 from conformance.fixture import MARKER_TOKENS, SPECIAL_TOKENS, VARIANTS, build_fixture
+from tests.server_helpers import WEATHER_TOOL
 
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather forecast for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 ASSISTANT_TURN = {
     "role": "assistant",
     "reasoning": "The user wants weather.",
