@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
-_VERSION_TAG = re.compile(r"v?\d+(\.\d+)*([.-]?[A-Za-z0-9]+)*")
+# Separators are required between alphanumeric runs, so a failing match cannot backtrack exponentially.
+_VERSION_TAG = re.compile(r"v?\d[A-Za-z0-9]*(?:[.-][A-Za-z0-9]+)*")
 _FIELDS = ("repo", "revision", "expect", "notes")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,14 @@ def test_branch_revisions_warn_commits_and_version_tags_do_not() -> None:
     assert revision_warning(parse_spec("a/b")) == revision_warning(parse_spec("a/b@main"))
     assert revision_warning(parse_spec(f"a/b@{SHA}")) is None
     assert revision_warning(parse_spec("a/b@v1.2.0")) is None
+    assert revision_warning(parse_spec("a/b@2.0-rc1")) is None
+
+
+def test_a_long_revision_that_is_no_tag_is_judged_at_once() -> None:
+    """The version-tag check must not backtrack exponentially (a 40-character run took minutes)."""
+    started = time.monotonic()
+    assert revision_warning(parse_spec("a/b@1" + "a" * 40 + "_x")) is not None
+    assert time.monotonic() - started < 0.5
 
 
 def test_command_line_specs_are_validated_like_the_file() -> None:
