@@ -71,8 +71,11 @@ def _describe_error(source: str, data: Any, error: Any) -> str:
             unknown = sorted(set(entry) - set(_FIELDS))
             return f"{where}: unknown field(s) {', '.join(map(repr, unknown))} (allowed: {', '.join(_FIELDS)})"
         if error.validator == "required":
+            # jsonschema reports each missing field apart, with the same list: name them all, once.
             missing = [name for name in error.validator_value if name not in entry]
-            return f"{where}: field {missing[0]!r} is required"
+            if len(missing) == 1:
+                return f"{where}: field {missing[0]!r} is required"
+            return f"{where}: fields {', '.join(map(repr, missing))} are required"
         return f"{where}: expected a mapping with fields {', '.join(_FIELDS)}, got {_yaml_type(entry)}"
     name = ".".join(str(part) for part in path[1:])
     if error.validator == "additionalProperties":

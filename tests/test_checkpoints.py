@@ -26,6 +26,7 @@ def write(tmp_path: Path, text: str) -> Path:
 @pytest.mark.parametrize("text, message", [
     ("- repo: a/b\n", "entry 0 (a/b): field 'revision' is required"),
     (f"- repo: a/b\n  revision: {SHA}\n- revision: main\n", "entry 1: field 'repo' is required"),
+    ("- notes: x\n", "entry 0: fields 'repo', 'revision' are required"),
     ("- repo: a/b\n  revision: main\n  expects: {both: fails}\n",
      "entry 0 (a/b): unknown field(s) 'expects' (allowed: repo, revision, expect, notes)"),
     ("- repo: a/b\n  revision: 123\n", "entry 0 (a/b): field 'revision': expected string, got a number"),
