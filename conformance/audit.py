@@ -109,13 +109,15 @@ def _audit_fetched(fetched: hub.FetchedCheckpoint, entry: CheckpointEntry, posit
 def audit_checkpoints(
     entries: Iterable[CheckpointEntry], settings: hub.HubSettings, workers: int = hub.DEFAULT_WORKERS
 ) -> Iterator[CheckpointAudit]:
-    """Audit Hub checkpoints; fetching is concurrent, audits are yielded in completion order."""
+    """Audit Hub checkpoints, one audit per entry, yielded in completion order. Fetching is concurrent, and
+    a repo@revision listed more than once (say with different `expect`) is fetched once."""
     entries = list(entries)
-    position_of = {(entry.repo, entry.revision): index for index, entry in enumerate(entries)}
-    unique = list(position_of)
-    for fetched in hub.fetch_many(unique, settings, workers=workers):
-        position = position_of[(fetched.repo, fetched.revision)]
-        yield _audit_fetched(fetched, entries[position], position)
+    positions: dict[tuple[str, str], list[int]] = {}
+    for index, entry in enumerate(entries):
+        positions.setdefault((entry.repo, entry.revision), []).append(index)
+    for fetched in hub.fetch_many(list(positions), settings, workers=workers):
+        for position in positions[(fetched.repo, fetched.revision)]:
+            yield _audit_fetched(fetched, entries[position], position)
 
 
 def configuration_outcome(verdict: StartupVerdict) -> str:

@@ -13,8 +13,9 @@ import jsonschema
 import pytest
 
 from conformance import __version__, exit_codes
-from conformance.audit import audit_local
-from conformance.checkpoints import load_schema
+from conformance.audit import audit_checkpoints, audit_local
+from conformance.checkpoints import CheckpointEntry, load_schema
+from conformance.hub import HubSettings
 from conformance.report.audit_report import AuditReportWriter
 from conformance.template import predict_vllm_startup
 from tests import hub_server
@@ -158,6 +159,20 @@ def test_the_token_never_appears_in_output_or_reports(fixture_hub, tmp_path: Pat
     for text in (completed.stdout, completed.stderr, json.dumps(report), markdown):
         assert SECRET not in text
     assert all(request.authorized for request in server.requests_for("t/private"))
+
+
+def test_an_entry_listed_twice_is_fetched_once_and_judged_for_each_expectation(fixture_hub, tmp_path: Path) -> None:
+    server, commits = fixture_hub
+    repo = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
+    entries = [CheckpointEntry(repo, commits[repo], expect={"both": "fails"}),
+               CheckpointEntry(repo, commits[repo], expect={"both": "starts"})]
+    server.clear_log()
+    settings = HubSettings(endpoint=server.url, cache_dir=str(tmp_path), offline=False, timeout=2.0)
+    audits = sorted(audit_checkpoints(entries, settings), key=lambda audit: audit.position)
+    assert [(audit.position, audit.expect, len(audit.unmet_expectations)) for audit in audits] == [
+        (0, {"both": "fails"}, 0), (1, {"both": "starts"}, 1)]
+    downloads = [r for r in server.requests_for(repo) if r.method == "GET" and r.path.endswith("/tokenizer_config.json")]
+    assert len(downloads) == 1
 
 
 def test_every_checkpoint_is_on_disk_as_soon_as_it_is_audited(tmp_path: Path) -> None:
