@@ -111,14 +111,15 @@ async def resolve_forcing(target: Target, cases: Sequence[Any], natural: bool) -
         await asyncio.to_thread(probe_forcing, target.root_url, target.model, target.timeout, target.api_key)
     except ForcingUnsupported as exc:
         return replace(target, can_force=False, cannot_force_reason=str(exc))
-    except OSError:  # unreachable or broken: every request records its own error
-        pass
+    except (OSError, ValueError, LookupError, TypeError, AttributeError):
+        pass  # unreachable, or answers that are not JSON / not a completion: every request records its own error
     return replace(target, can_force=True)
 
 
-def verify_forcing(target: Target, case: Any, transcript: Transcript) -> list[str] | None:
-    """Problems with a forced output that came back (see `conformance.forcing.verify_forced_output`);
-    None when it cannot be verified (no token ids, no tokenizer endpoints, an unreachable server)."""
+def verify_forcing(target: Target, case: Any, transcript: Transcript, markers: Sequence[str]) -> list[str] | None:
+    """Problems with a forced output that came back (see `conformance.forcing.verify_forced_output`),
+    checking that each of `markers` in the text was emitted as its single token; None when it cannot
+    be verified (no token ids, no tokenizer endpoints, an unreachable server, answers of another shape)."""
     from conformance.checks import read_stream, response_message
     from conformance.forcing import ForcingUnsupported, token_ids_of, token_ids_of_stream, verify_forced_output
 
@@ -133,9 +134,9 @@ def verify_forcing(target: Target, case: Any, transcript: Transcript) -> list[st
     truncated = (message is not None and message.finish_reason == "length") or bool(
         limit and token_ids and len(token_ids) >= limit)
     try:
-        return verify_forced_output(target.root_url, target.model, case.force, token_ids, api_key=target.api_key,
-                                    truncated=truncated)
-    except (ForcingUnsupported, OSError, ValueError, KeyError):
+        return verify_forced_output(target.root_url, target.model, case.force, token_ids, markers,
+                                    api_key=target.api_key, truncated=truncated)
+    except (ForcingUnsupported, OSError, ValueError, LookupError, TypeError, AttributeError):
         return None
 
 
@@ -204,7 +205,8 @@ async def run_async(
                 transcript = await send(client, target, case, mode, forcing=forcing, natural=natural,
                                         repeat=repeat_index)
                 if forcing is not None and transcript.status == 200 and case.endpoint == "chat":
-                    transcript.forcing_problems = await asyncio.to_thread(verify_forcing, target, case, transcript)
+                    transcript.forcing_problems = await asyncio.to_thread(verify_forcing, target, case, transcript,
+                                                                           markers)
         if writers:
             writers[0].write(transcript.to_dict())
         return transcript

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -271,3 +273,28 @@ def test_an_unforced_case_is_sent_as_is_and_judged_on_its_expectation(tmp_path):
     assert all("structured_outputs" not in body for body in server.requests)
     got = {r.mode: (r.outcome, r.forced, r.natural) for r in output.results}
     assert got == {"non-stream": ("pass", False, False), "stream": ("fail", False, False)}  # whole expected
+
+
+def test_a_probe_answered_with_garbage_does_not_crash_the_run(cases, tmp_path):
+    class NotJson(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html>a proxy page</html>")
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), NotJson)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        target = Target(base_url=f"http://127.0.0.1:{httpd.server_address[1]}/v1", model="m", profile="hf", timeout=5)
+        output = run(cases[:1], target, tmp_path)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    got = {r.mode: (r.outcome, r.reason) for r in output.results}
+    assert got["non-stream"] == ("error", "transport: the response is not a JSON object: '<html>a proxy page</html>'")
+    assert got["stream"][0] in ("error", "fail")
