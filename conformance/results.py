@@ -18,7 +18,7 @@ from typing import Any
 
 from conformance import exit_codes
 from conformance.checks import BLOCKING_KINDS, ERROR, FAIL, PASS, SKIP, Check
-from conformance.transcript import Transcript, iter_json_lines
+from conformance.transcript import Transcript, TranscriptError, iter_json_lines
 
 OUTCOMES = (PASS, FAIL, SKIP, ERROR)
 RESULTS_FILE = "results.jsonl"
@@ -151,4 +151,11 @@ def summarize(results: Iterable[CaseResult]) -> Summary:
 
 
 def read_results(path: Path) -> list[CaseResult]:
-    return [CaseResult.from_dict(record) for _, record in iter_json_lines(path)]
+    """Every result of a `results.jsonl`; a record that is not one raises TranscriptError naming the line."""
+    results = []
+    for number, record in iter_json_lines(path):
+        try:
+            results.append(CaseResult.from_dict(record))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise TranscriptError(f"{path}:{number}: not a result: {exc}") from exc
+    return results

@@ -13,6 +13,7 @@ from conformance.report import html, junit, markdown
 from conformance.report.jsonl import write_results
 from conformance.report.stamp import make_stamp
 from conformance.results import CaseResult, read_results, summarize
+from conformance.transcript import TranscriptError
 from tests.engine_helpers import STAMP, stream_transcript
 
 STAMP_DICT = make_stamp({**STAMP.__dict__, "checkpoint_revision": "sha256:feedbeef"})
@@ -99,6 +100,13 @@ def test_results_jsonl_round_trip_and_run_summary(tmp_path):
     assert run["stamp"] == STAMP_DICT
     assert run["summary"]["counts"] == summarize(RESULTS).counts == {"pass": 2, "fail": 1, "skip": 1, "error": 1}
     assert {p.name for p in tmp_path.iterdir()} == {"results.jsonl", "report.md", "junit.xml", "report.html", "run.json"}
+
+
+def test_a_bad_results_file_is_named_with_the_line(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(RESULTS[0].to_dict()) + "\n" + '{"case_id": "a", "checks": [{"oops": 1}]}\n')
+    with pytest.raises(TranscriptError, match="results.jsonl:2: not a result: "):
+        read_results(path)
 
 
 def test_pass_at_k_counts_a_case_once_if_any_repeat_passed():

@@ -61,6 +61,13 @@ def test_each_record_is_on_disk_before_the_writer_closes(tmp_path):
         ("[1, 2]\n", "t.jsonl:1: expected a JSON object per line"),
         ('{"case_id": "a"}\n', "t.jsonl:1: not a transcript: missing field 'server'"),
         ('{"case_id": "a", "server": {"bogus": 1}}\n', "t.jsonl:1: not a transcript: .*unexpected keyword argument 'bogus'"),
+        ('{"case_id": "a", "server": "x"}\n', "t.jsonl:1: not a transcript: "),
+        (json.dumps({**full_transcript().to_dict(), "request": "x"}) + "\n",
+         "t.jsonl:1: not a transcript: field 'request' has the wrong type: 'x'"),
+        (json.dumps({**full_transcript().to_dict(), "mode": "both"}) + "\n",
+         "t.jsonl:1: not a transcript: field 'mode' is 'both', expected one of non-stream, stream"),
+        (json.dumps({**full_transcript().to_dict(), "sse": [{"data": 1, "t": 0}]}) + "\n",
+         "t.jsonl:1: not a transcript: an `sse` entry is not {data: string, t: number}"),
     ],
 )
 def test_bad_files_are_named_with_the_line(tmp_path, content, message):
