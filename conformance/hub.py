@@ -28,7 +28,7 @@ DEFAULT_WORKERS = 16
 # Failure kinds a checkpoint can end in (besides "ok").
 NOT_FOUND, UNAUTHORIZED, GATED = "not_found", "unauthorized", "gated"
 SERVER_ERROR, TIMEOUT, NETWORK_ERROR = "server_error", "timeout", "network_error"
-TOO_LARGE, INVALID_JSON, NOT_CACHED = "too_large", "invalid_json", "not_cached"
+TOO_LARGE, INVALID_JSON, NOT_CACHED, UNREADABLE = "too_large", "invalid_json", "not_cached", "unreadable"
 TOKEN_HINT = "set HF_TOKEN to a token that can read it; for a gated repo, accept its terms on the Hub first"
 
 
@@ -71,10 +71,14 @@ class FetchError(Exception):
 
 
 def read_json_file(path: Path, name: str) -> Any:
-    """Parse a checkpoint JSON file; oversize or invalid JSON become FetchErrors naming file and position."""
-    if failure := _too_large(name, path.stat().st_size):
-        raise failure
-    text = path.read_bytes().decode("utf-8", errors="replace")
+    """Parse a checkpoint JSON file; an unreadable file, oversize or invalid JSON become FetchErrors naming the
+    file (and the position)."""
+    try:
+        if failure := _too_large(name, path.stat().st_size):
+            raise failure
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise FetchError(UNREADABLE, f"{name}: cannot read: {exc.strerror or exc}") from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -106,7 +110,7 @@ def _classify(exc: BaseException, repo: str, filename: str) -> FetchError:
         if status in (401, 403):
             return FetchError(UNAUTHORIZED, f"HTTP {status}, not authorized (a private or gated repo, or an invalid token); {TOKEN_HINT}")
         if isinstance(exc, errors.RevisionNotFoundError):
-            return FetchError(NOT_FOUND, f"revision not found")
+            return FetchError(NOT_FOUND, "revision not found")
         if isinstance(exc, errors.RepositoryNotFoundError):
             return FetchError(NOT_FOUND, f"repository not found; if it is private, {TOKEN_HINT}")
         if isinstance(exc, errors.RemoteEntryNotFoundError) or status == 404:

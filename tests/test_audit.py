@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conformance import __version__, exit_codes
+from conformance import __version__, exit_codes, hub
 from conformance.audit import audit_checkpoints, audit_local
 from conformance.checkpoints import CheckpointEntry, load_schema
 from conformance.hub import HubSettings
@@ -81,6 +81,25 @@ def test_audit_local_failures_name_the_file(tmp_path: Path, content: str | None,
     audit = audit_local(directory)
     assert (audit.status, audit.vllm_0_32) == (status, None)
     assert str(tmp_path) in audit.error and message in audit.error
+
+
+def test_an_unreadable_file_is_a_status_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "tokenizer_config.json").mkdir()  # exists, but reading it fails (even for root)
+    with pytest.raises(hub.FetchError) as raised:
+        hub.read_tokenizer_config(tmp_path / "tokenizer_config.json")
+    assert raised.value.kind == hub.UNREADABLE
+    assert str(raised.value) == "tokenizer_config.json: cannot read: Is a directory"
+
+
+def test_a_report_that_cannot_be_written_exits_2_naming_the_path(tmp_path: Path) -> None:
+    local = write_config(tmp_path / "model", fixture_tokenizer_configs()[GEMMA4])
+    (tmp_path / "not-a-directory").write_text("")
+    report = tmp_path / "not-a-directory" / "audit.json"
+    completed = subprocess.run([sys.executable, "-m", "conformance", "audit", "--local", str(local), "--json", str(report)],
+                               capture_output=True, text=True, cwd=tmp_path)
+    assert completed.returncode == exit_codes.ERROR
+    assert completed.stderr.startswith("error: cannot write the report: ") and str(report.parent) in completed.stderr
+    assert "Traceback" not in completed.stderr
 
 
 def test_cli_audits_the_fixtures_and_meets_their_expectations(fixture_hub, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from conformance import exit_codes
+from conformance.hub import DEFAULT_WORKERS
 
 DEFAULT_LIST = Path("checkpoints.yaml")
 
@@ -23,7 +24,8 @@ HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE; a commit already in the cache costs n
 
 Exit 1 when a checkpoint misses its `expect`, or its files are broken (invalid JSON, over 5 MB, a template
 too expensive to analyse); exit 2 when a checkpoint cannot be reached (not found, unauthorized, gated, Hub
-error, timeout, network, not cached while offline) or on bad input.
+error, timeout, network, not cached while offline) or its files cannot be read, on bad input, or when a
+report cannot be written.
 """
 
 
@@ -40,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="audit a checkpoint directory on disk (repeatable)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the JSON report here")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the Markdown report here")
-    parser.add_argument("--workers", type=int, default=16, metavar="N", help="concurrent Hub fetches (default 16)")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N",
+                        help=f"concurrent Hub fetches (default {DEFAULT_WORKERS})")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="seconds to wait for the Hub's answer (default: HF_HUB_ETAG_TIMEOUT or 10)")
     parser.set_defaults(func=run)
@@ -87,16 +90,20 @@ def run(args: argparse.Namespace) -> int:
         if warning := revision_warning(entry):
             print(f"warning: {warning}", file=sys.stderr)
 
-    writer = AuditReportWriter(args.json, args.markdown)
-    for directory in args.local:
-        audit = audit_local(directory)
-        audit.position = len(writer.audits)
-        writer.add(audit)
-    offset = len(writer.audits)
-    for audit in audit_checkpoints(entries, HubSettings.from_env(args.timeout), workers=args.workers):
-        audit.position += offset
-        writer.add(audit)
-    report = writer.finish()
+    try:  # audits never raise OSError (an unreadable file is a checkpoint status): these are the report files
+        writer = AuditReportWriter(args.json, args.markdown)
+        for directory in args.local:
+            audit = audit_local(directory)
+            audit.position = len(writer.audits)
+            writer.add(audit)
+        offset = len(writer.audits)
+        for audit in audit_checkpoints(entries, HubSettings.from_env(args.timeout), workers=args.workers):
+            audit.position += offset
+            writer.add(audit)
+        report = writer.finish()
+    except OSError as exc:
+        print(f"error: cannot write the report: {exc}", file=sys.stderr)
+        return exit_codes.ERROR
 
     console = Console(file=sys.stdout, width=max(Console().width, 140))
     console.print(render_table(report))
