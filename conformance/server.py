@@ -150,15 +150,22 @@ class ServerProcess:
         self.log_path = log_path
         self.started = time.monotonic()
         with open(log_path, "wb") as log_file:
-            self.process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env={**SERVER_ENV, **os.environ},
-                start_new_session=True,  # its own process group: Ctrl-C reaches only us, and we stop the group
-                preexec_fn=_terminate_when_parent_dies if sys.platform.startswith("linux") else None,
-            )
+            try:
+                self.process = subprocess.Popen(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env={**SERVER_ENV, **os.environ},
+                    start_new_session=True,  # its own process group: Ctrl-C reaches only us, and we stop the group
+                    preexec_fn=_terminate_when_parent_dies if sys.platform.startswith("linux") else None,
+                )
+            except OSError as error:  # e.g. a --python that does not exist or cannot be executed
+                raise ServerStartError(
+                    f"cannot start the {profile.name} server with {command[0]}: {error}",
+                    server_error=None,
+                    log_path=log_path,
+                ) from error
 
     @property
     def pid(self) -> int:
@@ -193,14 +200,23 @@ class ServerProcess:
         return Server(
             profile=self.profile,
             base_url=self.root_url + "/v1",
-            model=_served_model(self.root_url) or self.command[self.command.index("--model") + 1],
-            version=_get_json(self.root_url + "/version").get("version", "unknown"),
+            model=_served_model(self.root_url) or self._model_argument(),
+            version=_get_json_or_empty(self.root_url + "/version").get("version", "unknown"),
             args=self.command[1:],
             log_path=self.log_path,
             pid=self.process.pid,
             startup_seconds=time.monotonic() - self.started,
             process=self.process,
         )
+
+    def _model_argument(self) -> str:
+        """The model name on the command line (for a server whose /v1/models does not answer us):
+        the first --served-model-name value, else --model (the last of each given, as argparse does)."""
+        for flag in ("--served-model-name", "--model"):
+            values = [self.command[i + 1] for i, arg in enumerate(self.command[:-1]) if arg == flag]
+            if values:
+                return values[-1]
+        return "unknown"
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
         """Stop the whole process tree (idempotent)."""
@@ -264,14 +280,19 @@ def _is_healthy(root_url: str) -> bool:
         return False
 
 
-def _get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=30) as response:
-        return json.load(response)
+def _get_json_or_empty(url: str) -> dict:
+    """The JSON object at `url`, or {} when the server refuses (e.g. 401 under --api-key) or fails."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            data = json.load(response)
+    except (urllib.error.URLError, OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _served_model(root_url: str) -> str | None:
-    models = _get_json(root_url + "/v1/models").get("data") or []
-    return models[0].get("id") if models else None
+    models = _get_json_or_empty(root_url + "/v1/models").get("data") or []
+    return models[0].get("id") if models and isinstance(models[0], dict) else None
 
 
 def _read_text(path: Path) -> str:
@@ -344,10 +365,10 @@ def descendant_pids(pid: int) -> list[int]:
     for stat_path in Path("/proc").glob("[0-9]*/stat"):
         try:
             stat = stat_path.read_text()
-        except OSError:
+            # Fields after the parenthesised command name: state, ppid, ...
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # the process ended while we read it
             continue
-        # Fields after the parenthesised command name: state, ppid, ...
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
         children.setdefault(parent, []).append(int(stat_path.parent.name))
     found: list[int] = []
     pending = [pid]

@@ -37,6 +37,7 @@ from tests.server_helpers import WEATHER_TOOL, chat, chat_stream
 #   hang    start a child, never become healthy
 #   serve   start a child, answer /health, /version and /v1/models on --port
 #   stubborn  like serve, but ignore SIGTERM (the launcher must SIGKILL)
+#   auth    like serve, but /v1/... answers 401 (as vLLM does under --api-key)
 # Every process it starts appends its pid to FAKE_VLLM_PIDS.
 FAKE_VLLM = textwrap.dedent(
     """\
@@ -62,10 +63,12 @@ FAKE_VLLM = textwrap.dedent(
     port = int(sys.argv[sys.argv.index("--port") + 1])
     routes = {"/health": b"", "/version": json.dumps({"version": "0.32.0-fake"}).encode(),
               "/v1/models": json.dumps({"data": [{"id": "fake-model"}]}).encode()}
+    if mode == "auth":
+        del routes["/v1/models"]
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = routes.get(self.path)
-            self.send_response(200 if body is not None else 404)
+            self.send_response(200 if body is not None else 401 if self.path.startswith("/v1/") else 404)
             self.end_headers()
             self.wfile.write(body or b"")
         def log_message(self, *args):
@@ -154,6 +157,23 @@ def test_a_healthy_server_is_described_and_its_whole_tree_stopped(fake_python) -
             assert " ".join(flags) in " ".join(server.args)
         assert server.startup_seconds > 0
     assert_all_gone(found)
+
+
+def test_a_server_whose_model_list_needs_a_key_is_described_from_its_arguments(fake_python) -> None:
+    python, pids = fake_python("auth")
+    extra = ["--api-key", "secret", "--served-model-name", "tiny", "alias"]
+    with launch("hf", "some/model", python=python, extra_args=extra, timeout=30) as server:
+        found = wait_for_pids(pids, 2)
+        assert server.model == "tiny"
+        assert server.version == "0.32.0-fake"
+    assert_all_gone(found)
+
+
+def test_an_interpreter_that_cannot_run_is_a_start_error(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-python"
+    with pytest.raises(ServerStartError, match=f"cannot start the hf server with {missing}: .*No such file"):
+        with launch("hf", "some/model", python=missing, log_dir=tmp_path, timeout=30):
+            pytest.fail("the block must not run")
 
 
 @pytest.mark.parametrize("interruption", [RuntimeError, KeyboardInterrupt])
