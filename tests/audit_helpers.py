@@ -12,26 +12,16 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-FIXTURES = Path("/work/shared/fixtures/checkpoints")
-if not FIXTURES.is_dir():  # a checkout next to the shared folder
-    FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "checkpoints"
+from conformance.fixture import RESPONSE_TEMPLATE_FULL
+
+# Real checkpoint metadata (a copy of the project's shared fixtures; INDEX.txt and each SOURCE.txt say where
+# every file comes from). Kept in the repository so that a fresh checkout runs the tests.
+FIXTURES = Path(__file__).resolve().parent / "data" / "checkpoints"
 
 GEMMA4 = "google/gemma-4-12B-it"
 
-# Contract section 6: a minimal Qwen3/Hermes-style template (loads without error).
-QWEN3_STYLE: dict = {
-    "version": 1,
-    "defaults": {"role": "assistant"},
-    "start_anchor": "<|im_start|>assistant\n",
-    "fields": {
-        "thinking": {"open": "<think>", "close": "</think>"},
-        "tool_calls": {
-            "open": "<tool_call>", "close": "</tool_call>", "repeats": True, "content": "json",
-            "transform": {"type": "function", "function": "{content}"},
-        },
-        "content": {},
-    },
-}
+# Contract section 6: the minimal Qwen3/Hermes-style template (loads without error), as the tiny fixture ships it.
+QWEN3_STYLE: dict = RESPONSE_TEMPLATE_FULL
 
 
 def fixture_commit(folder: str) -> str | None:
