@@ -83,6 +83,8 @@ def read_json_file(path: Path, name: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise FetchError(INVALID_JSON, f"{name}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+    except RecursionError as exc:  # untrusted input: arrays/objects nested thousands deep
+        raise FetchError(INVALID_JSON, f"{name}: JSON nested too deeply to read") from exc
 
 
 def read_tokenizer_config(path: Path) -> dict:

@@ -75,6 +75,7 @@ def test_audit_local_verdicts_are_predict_vllm_startup(tmp_path: Path) -> None:
 @pytest.mark.parametrize("content, status, message", [
     (None, "not_found", "tokenizer_config.json: no such file"),
     ('{"a": 1,,}', "invalid_json", "tokenizer_config.json: invalid JSON at line 1, column 9"),
+    ('{"a": ' + "[" * 100_000, "invalid_json", "tokenizer_config.json: JSON nested too deeply to read"),
 ])
 def test_audit_local_failures_name_the_file(tmp_path: Path, content: str | None, status: str, message: str) -> None:
     directory = write_config(tmp_path, content) if content else tmp_path
