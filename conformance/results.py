@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import exit_codes
-from conformance.checks import BLOCKING_KINDS, ERROR, FAIL, PASS, SKIP, Check
+from conformance.checks import BLOCKING_KINDS, ERROR, FAIL, FINDING, PASS, SCHEMA, SKIP, Check
 from conformance.transcript import Transcript, TranscriptError, iter_json_lines
 
 OUTCOMES = (PASS, FAIL, SKIP, ERROR)
@@ -148,6 +148,23 @@ def summarize(results: Iterable[CaseResult]) -> Summary:
         total=len(results),
         pass_at_k=pass_at_k,
     )
+
+
+def finding_counts(results: Iterable[CaseResult]) -> Counter[tuple[str, str, str]]:
+    """How often each (profile, finding or schema check, observed value) occurs; skipped ones left out.
+    The value is the finding's observation (e.g. `reasoning`, `whole`) or else its outcome."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for result in results:
+        for check in result.checks:
+            if check.kind in (FINDING, SCHEMA) and check.outcome != SKIP:
+                value = check.actual if check.kind == FINDING and isinstance(check.actual, str) else check.outcome
+                counts[(result.profile, check.name, str(value))] += 1
+    return counts
+
+
+def failed_findings(results: Iterable[CaseResult]) -> list[tuple[CaseResult, Check]]:
+    """Finding and schema checks that came out `fail` (never blocking, but worth a look)."""
+    return [(r, c) for r in results for c in r.checks if c.kind in (FINDING, SCHEMA) and c.outcome == FAIL]
 
 
 def read_results(path: Path) -> list[CaseResult]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from html import escape
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -117,3 +118,39 @@ def test_pass_at_k_counts_a_case_once_if_any_repeat_passed():
     summary = summarize(repeated)
     assert summary.pass_at_k == {"k": 2, "cases": 2, "passed": 1}
     assert "pass@2: 1/2" in summary.line()
+
+
+def test_html_shows_the_forced_text_the_findings_and_compact_token_ids():
+    from conformance.forcing import forcing_extra_body
+    from tests.engine_helpers import response_transcript
+
+    forced = "<think>\nplan (a|b)*\n</think>\n\n<tool_call>\n{\"city\": \"A\\\\B\"}\n</tool_call>"
+    transcript = response_transcript({"content": "x"}, "stop", case_id="one-call",
+                                     request={"model": "tiny", **forcing_extra_body(forced)})
+    transcript.forced = True
+    transcript.response["choices"][0]["token_ids"] = [1, 2, 3]
+    replay = Check("client_replay", "fail", "finding", "openai client rebuilds a different message: content")
+    results = [result("one-call", "non-stream", "pass", checks=[replay])]
+    page = html.render(results, STAMP_DICT, [transcript])
+    assert f"<pre>{escape(forced)}</pre>" in page  # the regex's escaping undone
+    assert "&quot;token_ids&quot;: [1, 2, 3]" in page
+    assert "<td>client_replay</td><td>fail</td><td>1</td>" in page  # the findings table
+    assert "href='#hf-one-call[non-stream]-0'" in page and "id='hf-one-call[non-stream]-0'" in page
+    assert STAMP_DICT["server_args"] == [] and "<th>server flags</th><td>unknown</td>" in page
+
+
+def test_html_says_why_a_request_was_not_sent():
+    from conformance.transcript import Transcript
+
+    skipped = Transcript("legacy-only", "stream", "hf", "chat", STAMP, {}, skip_reason="forcing is off for this run")
+    page = html.render([result("legacy-only", "stream", "skip", reason="forcing is off")], STAMP_DICT, [skipped])
+    assert "Not sent: forcing is off for this run" in page and "Request (" not in page
+
+
+def test_markdown_and_html_show_the_server_flags_and_every_error_row():
+    stamp = make_stamp({**STAMP.__dict__, "args": ("--tool-call-parser", "hf")})
+    unexplained = [result("crashed", "stream", "error", reason="recording: case 'crashed' is not in the case set")]
+    text = markdown.render(unexplained, stamp)
+    assert "| server flags | --tool-call-parser hf |" in text
+    assert "| 💥 | crashed[stream] | hf |  |  |  | recording: case 'crashed' is not in the case set |" in text
+    assert "<th>server flags</th><td>--tool-call-parser hf</td>" in html.render(unexplained, stamp)

@@ -1,6 +1,7 @@
-"""A single self-contained HTML page: summary, then one collapsible drill-down per case x mode x
-profile with its checks (expected vs actual), the request sent, the raw stream (with arrival
-times) or the response, and the error body."""
+"""A single self-contained HTML page: the stamp, outcome counts, the findings across the run, then
+one collapsible drill-down per case x mode x profile (worst first) with its checks (expected vs
+actual), the forced output, the request sent, the message a client sees, the raw stream (with
+arrival times) or the response, and the error body."""
 
 from __future__ import annotations
 
@@ -9,56 +10,154 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from conformance.checks import message_view, read_stream, response_message
-from conformance.results import CaseResult, summarize
+from conformance.checks import Message, read_stream, response_message
 from conformance.report.stamp import stamp_lines
+from conformance.results import OUTCOMES, CaseResult, failed_findings, finding_counts, summarize
 from conformance.transcript import Transcript
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
 table{border-collapse:collapse;margin:.5em 0}
+th{white-space:nowrap}
 td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}
-pre{background:#f6f8fa;padding:.5em;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
+pre,.raw td{font-family:ui-monospace,monospace;font-size:.85em}
+pre{background:#f6f8fa;padding:.5em;margin:.2em 0;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
+.raw{width:100%}.raw td{white-space:pre-wrap;word-break:break-all;background:#f6f8fa}.raw td.t{white-space:nowrap}
 .pass{color:#1a7f37}.fail{color:#cf222e}.error{color:#8250df}.skip{color:#9a6700}
+.note{color:#57606a}
 details{border-bottom:1px solid #eee;padding:.2em 0}summary{cursor:pointer}
 """
+SEVERITY = {"error": 0, "fail": 1, "skip": 2, "pass": 3}
+
+
+def _json(value: Any, level: int = 0) -> str:
+    """Indented JSON that keeps lists of plain values (token ids, enums) on one line."""
+    pad, end = "  " * (level + 1), "  " * level
+    if isinstance(value, Mapping) and value:
+        items = [f"{pad}{json.dumps(str(k), ensure_ascii=False)}: {_json(v, level + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{end}}}"
+    if isinstance(value, list) and any(isinstance(v, (Mapping, list)) for v in value):
+        return "[\n" + ",\n".join(pad + _json(v, level + 1) for v in value) + f"\n{end}]"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _pre(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
-    return f"<pre>{escape(text)}</pre>"
+    return f"<pre>{escape(value if isinstance(value, str) else _json(value))}</pre>"
+
+
+def _anchor(result: CaseResult) -> str:
+    return escape(f"{result.profile}-{result.name}-{result.repeat}")
+
+
+def _forced_text(regex: str) -> str:
+    """The raw text a `conformance.forcing.exact_regex` regex matches (its escaping undone)."""
+    unescape = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
+    text, escaped = [], False
+    for char in regex:
+        if escaped:
+            text.append(unescape.get(char, char))
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        else:
+            text.append(char)
+    return "".join(text)
+
+
+def _client_view(message: Message) -> dict[str, Any]:
+    """The message as a client receives it: arguments as the exact string delivered."""
+    return {
+        "reasoning": message.reasoning,
+        "reasoning arrived in": sorted(message.reasoning_keys) or None,
+        "content": message.content,
+        "tool_calls": [{"id": c.id, "type": c.type, "name": c.name, "arguments": c.arguments}
+                       for c in message.tool_calls],
+        "finish_reason": message.finish_reason,
+    }
 
 
 def _checks_table(result: CaseResult) -> str:
+    def cell(value: Any) -> str:
+        return _pre(value) if value is not None else ""
+
     rows = "".join(
         f"<tr><td>{escape(c.name)}</td><td>{escape(c.kind)}</td><td class='{c.outcome}'>{c.outcome}</td>"
-        f"<td>{escape(c.reason)}</td><td>{_pre(c.expected) if c.expected is not None else ''}</td>"
-        f"<td>{_pre(c.actual) if c.actual is not None else ''}</td></tr>"
+        f"<td>{escape(c.reason)}</td><td>{cell(c.expected)}</td><td>{cell(c.actual)}</td></tr>"
         for c in result.checks
     )
     header = "".join(f"<th>{name}</th>" for name in ("check", "kind", "outcome", "reason", "expected", "actual"))
     return f"<table><tr>{header}</tr>{rows}</table>"
 
 
+def _raw_stream(transcript: Transcript) -> str:
+    rows = "".join(f"<tr><td class='t'>{line.t:.3f}s</td><td>{escape(line.data)}</td></tr>" for line in transcript.sse)
+    return (f"<h4>Raw stream ({len(transcript.sse)} <code>data:</code> lines, arrival time since the request)</h4>"
+            f"<table class='raw'>{rows}</table>")
+
+
 def _transcript_section(transcript: Transcript | None) -> str:
     if transcript is None:
         return "<p>No transcript recorded.</p>"
-    parts = [f"<h4>Request ({escape(transcript.endpoint)}, {escape(transcript.mode)})</h4>", _pre(transcript.request)]
+    if transcript.skip_reason:
+        return f"<p>Not sent: {escape(transcript.skip_reason)}</p>"
+    parts = []
+    regex = (transcript.request.get("structured_outputs") or {}).get("regex") if transcript.forced else None
+    if isinstance(regex, str):
+        parts += ["<h4>Forced output (the raw text the model was made to generate)</h4>", _pre(_forced_text(regex))]
+    parts += [f"<h4>Request ({escape(transcript.endpoint)}, {escape(transcript.mode)})</h4>", _pre(transcript.request)]
     status = transcript.status if transcript.status is not None else "none"
     parts.append(f"<p>HTTP status: {status}; duration {transcript.duration:.3f} s</p>")
     if transcript.transport_error:
         parts.append(f"<p class='error'>Transport: {escape(transcript.transport_error)}</p>")
     if transcript.error_body is not None:
         parts += ["<h4>Error body</h4>", _pre(transcript.error_body)]
-    message = read_stream(transcript).message if transcript.sse else response_message(transcript)
+    message = read_stream(transcript).message if transcript.mode == "stream" else response_message(transcript)
     if message is not None and transcript.status == 200:
-        parts += ["<h4>Message as a client sees it (reassembled)</h4>", _pre(message_view(message))]
+        how = "reassembled from the stream" if transcript.mode == "stream" else "the response's message"
+        parts += [f"<h4>Message as a client sees it ({how})</h4>", _pre(_client_view(message))]
     if transcript.sse:
-        lines = "\n".join(f"{line.t:9.3f}s  {line.data}" for line in transcript.sse)
-        parts += [f"<h4>Raw stream ({len(transcript.sse)} data lines)</h4>", _pre(lines)]
+        parts.append(_raw_stream(transcript))
     if transcript.response is not None:
         parts += ["<h4>Response</h4>", _pre(transcript.response)]
     return "".join(parts)
+
+
+def _outcomes_table(results: Sequence[CaseResult]) -> str:
+    header = "".join(f"<th class='{o}'>{o}</th>" for o in OUTCOMES)
+    rows = []
+    for profile in sorted({r.profile for r in results}):
+        summary = summarize(r for r in results if r.profile == profile)
+        cells = "".join(f"<td>{summary.counts[o]}</td>" for o in OUTCOMES)
+        rows.append(f"<tr><td>{escape(profile)}</td>{cells}<td>{summary.model_misses}</td></tr>")
+    return f"<table><tr><th>profile</th>{header}<th>model miss</th></tr>{''.join(rows)}</table>"
+
+
+def _findings_section(results: Sequence[CaseResult]) -> str:
+    counts = finding_counts(results)
+    if not counts:
+        return ""
+    rows = "".join(f"<tr><td>{escape(profile)}</td><td>{escape(name)}</td><td>{escape(value)}</td><td>{n}</td></tr>"
+                   for (profile, name, value), n in sorted(counts.items()))
+    parts = ["<h2>Findings</h2><p class='note'>Client-visible facts and argument-schema checks; they never fail a "
+             "case.</p>", f"<table><tr><th>profile</th><th>finding</th><th>value</th><th>results</th></tr>{rows}</table>"]
+    failed = failed_findings(results)
+    if failed:
+        items = "".join(f"<li><a href='#{_anchor(r)}'>{escape(r.profile)} {escape(r.name)}</a> "
+                        f"<b>{escape(c.name)}</b>: {escape(c.reason)}</li>" for r, c in failed)
+        parts.append(f"<h3>Where findings come out <span class='fail'>fail</span></h3><ul>{items}</ul>")
+    return "".join(parts)
+
+
+def _case_details(result: CaseResult, transcript: Transcript | None) -> str:
+    note = result.reason if result.outcome != "pass" else result.description
+    title = (f"<span class='{result.outcome}'>{result.outcome.upper()}</span> {escape(result.profile)} "
+             f"<b>{escape(result.name)}</b>{' #' + str(result.repeat) if result.repeat else ''} "
+             f"<span class='{'note' if result.outcome == 'pass' else result.outcome}'>{escape(note[:200])}</span>")
+    return (
+        f"<details id='{_anchor(result)}'><summary>{title}</summary>"
+        f"<p>{escape(result.description)}</p><p class='note'>features: {escape(', '.join(result.features))}</p>"
+        f"{_checks_table(result)}{_transcript_section(transcript)}</details>"
+    )
 
 
 def render(
@@ -69,20 +168,12 @@ def render(
     summary = summarize(results)
     by_key = {(t.case_id, t.mode, t.profile, t.repeat): t for t in transcripts}
     stamp_rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in stamp_lines(stamp))
-    order = {"error": 0, "fail": 1, "skip": 2, "pass": 3}
-    cases = []
-    for result in sorted(results, key=lambda r: (order[r.outcome], r.profile, r.case_id, r.mode, r.repeat)):
-        transcript = by_key.get((result.case_id, result.mode, result.profile, result.repeat))
-        title = (f"<span class='{result.outcome}'>{result.outcome.upper()}</span> {escape(result.profile)} "
-                 f"<b>{escape(result.name)}</b>{' #' + str(result.repeat) if result.repeat else ''} "
-                 f"{escape(result.reason[:200])}")
-        cases.append(
-            f"<details id='{escape(result.profile)}-{escape(result.name)}-{result.repeat}'><summary>{title}</summary>"
-            f"<p>{escape(result.description)}</p><p>features: {escape(', '.join(result.features))}</p>"
-            f"{_checks_table(result)}{_transcript_section(transcript)}</details>"
-        )
+    ordered = sorted(results, key=lambda r: (SEVERITY[r.outcome], r.profile, r.case_id, r.mode, r.repeat))
+    cases = "".join(_case_details(r, by_key.get((r.case_id, r.mode, r.profile, r.repeat))) for r in ordered)
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>Conformance run</title>"
         f"<style>{STYLE}</style></head><body><h1>Conformance run</h1><table>{stamp_rows}</table>"
-        f"<p><b>{escape(summary.line())}</b></p><h2>Cases</h2>{''.join(cases)}</body></html>\n"
+        f"<p><b>{escape(summary.line())}</b></p>{_outcomes_table(results)}{_findings_section(results)}"
+        "<h2>Cases</h2><p class='note'>Worst first; click a case for its checks, request, stream and response.</p>"
+        f"{cases}</body></html>\n"
     )

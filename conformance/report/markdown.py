@@ -3,11 +3,10 @@ capping row counts and cell lengths)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conformance.results import CaseResult, summarize
+from conformance.results import CaseResult, failed_findings, finding_counts, summarize
 from conformance.report.stamp import stamp_lines
 
 MAX_ROWS = 150
@@ -49,21 +48,16 @@ def render(results: Sequence[CaseResult], stamp: Mapping[str, Any]) -> str:
             [
                 [ICONS[r.outcome], r.name, r.profile, c.name, c.expected if c.expected is not None else "",
                  c.actual if c.actual is not None else "", c.reason]
+                if c is not None else [ICONS[r.outcome], r.name, r.profile, "", "", "", r.reason]
                 for r in bad
-                for c in (r.failed_checks() or [None])
-                if c is not None
+                for c in (r.failed_checks() or [None])  # a result without a failed check still gets its row
             ],
         )  # fmt: skip
 
     lines += ["", "## Findings (client-visible facts, not failures)", ""]
-    findings: Counter[tuple[str, str, str]] = Counter()
-    for r in results:
-        for c in r.checks:
-            if c.kind in ("finding", "schema") and c.outcome != "skip":
-                value = c.actual if c.kind == "finding" and isinstance(c.actual, str) else c.outcome
-                findings[(r.profile, c.name, str(value))] += 1
+    findings = finding_counts(results)
     lines += _table(["profile", "finding", "value", "results"], [[*key, n] for key, n in sorted(findings.items())])
-    notable = [(r, c) for r in results for c in r.checks if c.kind in ("finding", "schema") and c.outcome == "fail"]
+    notable = failed_findings(results)
     if notable:
         lines += ["", "### Where findings fail", ""]
         lines += _table(["case", "profile", "finding", "reason"], [[r.name, r.profile, c.name, c.reason] for r, c in notable])

@@ -13,6 +13,7 @@ STAMP_FIELDS = (
     ("model", "model"),
     ("checkpoint_revision", "checkpoint revision"),
     ("base_url", "server"),
+    ("server_args", "server flags"),
     ("recorded_at", "recorded"),
     ("time", "report time"),
 )
@@ -38,5 +39,10 @@ def make_stamp(server: Mapping[str, Any], recorded_at: str | None = None) -> dic
 
 
 def stamp_lines(stamp: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(label, value) pairs for display; unknown values shown as `unknown`."""
-    return [(label, str(stamp.get(key) or "unknown")) for key, label in STAMP_FIELDS]
+    """(label, value) pairs for display; unknown values shown as `unknown`, lists joined by spaces."""
+    return [(label, _display(stamp.get(key))) for key, label in STAMP_FIELDS]
+
+
+def _display(value: Any) -> str:
+    text = " ".join(map(str, value)) if isinstance(value, list) else str(value or "")
+    return text or "unknown"
