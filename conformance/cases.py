@@ -34,6 +34,7 @@ CHAT_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter
 RESPONSES_STATUSES = frozenset({"completed", "incomplete"})
 MIN_DESCRIPTION_WORDS = 6
 MESSAGE_FIELDS = ("reasoning", "content", "tool_calls")
+STREAM_FEATURE = "stream"  # the registry tag for "the stream knowingly differs": kept in step with `stream` overrides
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser when libyaml is there
 
 
@@ -383,6 +384,15 @@ def _semantic_issues(
                 what = "status" if endpoint == "responses" else "finish_reason"
                 yield locator.issue([*at, "expect", profile, *path], f"{value!r} is not a valid {what} for endpoint "
                                     f"{endpoint} (use one of {', '.join(sorted(allowed))})")
+    if STREAM_FEATURE in features:
+        tagged = STREAM_FEATURE in _list(raw.get("features"))
+        overridden = [profile for profile, e in expect.items() if isinstance(e, dict) and "stream" in e]
+        if tagged and not overridden:
+            yield locator.issue([*at, "features"], f"feature {STREAM_FEATURE!r} marks a known difference between "
+                                "streaming and non-streaming, but no expectation has a `stream` override")
+        elif overridden and not tagged:
+            yield locator.issue([*at, "features"], f"expect.{overridden[0]}.stream records a difference between "
+                                f"streaming and non-streaming: list the feature {STREAM_FEATURE!r}")
 
 
 def _list(value: Any) -> list[Any]:

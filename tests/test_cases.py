@@ -36,7 +36,7 @@ tools:
 cases:
   - id: reasoning-then-call
     description: Reasoning then one call; the blank line is content under hf only.
-    features: [reasoning, tool_call]
+    features: [reasoning, tool_call, stream]
     references: ["contract 3.3"]
     request:
       messages:
@@ -113,7 +113,7 @@ def test_good_file_loads_with_tools_resolved_and_defaults(tmp_path: Path) -> Non
     assert first.id == "reasoning-then-call"
     assert first.source == directory / "group.yaml" and first.index == 0 and first.line == 11
     assert first.modes == ("non-stream", "stream") and first.endpoint == "chat"
-    assert first.features == ("reasoning", "tool_call") and first.references == ("contract 3.3",)
+    assert first.features == ("reasoning", "tool_call", "stream") and first.references == ("contract 3.3",)
     assert first.request["tools"] == [good_data()["tools"]["get_weather"]]
     assert first.request["max_tokens"] == 100 and "model" not in first.request
     assert first.force == "<think>\nplan\n</think>\n\n<tool_call>{}</tool_call>"
@@ -185,7 +185,7 @@ def test_load_suite_raises_with_every_error(tmp_path: Path) -> None:
     assert len(caught.value.issues) == 2
     message = str(caught.value)
     assert str(directory / "bad.yaml") in message and "case #0 'reasoning-then-call'" in message
-    assert "field features[2]" in message and "no_such_feature" in message and "and 1 more" in message
+    assert "field features[3]" in message and "no_such_feature" in message and "and 1 more" in message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,7 +204,7 @@ def test_load_suite_raises_with_every_error(tmp_path: Path) -> None:
         pytest.param(lambda d: d["cases"][0].update(forse="x"), "forse", "unknown key 'forse'", id="unknown-key"),
         pytest.param(lambda d: d["cases"][0]["expect"]["hf"]["message"].update(tool_call=[]),
                      "expect.hf.message.tool_call", "unknown key 'tool_call'", id="unknown-nested-key"),
-        pytest.param(lambda d: d["cases"][0]["features"].append("telepathy"), "features[2]",
+        pytest.param(lambda d: d["cases"][0]["features"].append("telepathy"), "features[3]",
                      "unknown feature 'telepathy'", id="unknown-feature"),
         pytest.param(lambda d: d["cases"][0]["request"]["tools"].append("get_wether"), "request.tools[1]",
                      "unknown tool name 'get_wether' (tools of this file: get_weather)", id="unknown-tool"),
@@ -248,6 +248,17 @@ def test_bad_case_is_reported_with_file_case_and_field(tmp_path: Path, mutate, f
 def test_description_equal_to_id_is_refused(tmp_path: Path, description: str) -> None:
     error = only_error(bad_suite(tmp_path, lambda d: d["cases"][0].update(description=description)))
     assert error.message == "description repeats the id; state the behaviour instead"
+
+
+def test_stream_feature_and_stream_overrides_go_together(tmp_path: Path) -> None:
+    untagged = only_error(bad_suite(tmp_path / "untagged", lambda d: d["cases"][0]["features"].remove("stream")))
+    assert (untagged.case_index, untagged.field) == (0, "features")
+    assert untagged.message == (
+        "expect.legacy.stream records a difference between streaming and non-streaming: list the feature 'stream'"
+    )
+    unbacked = only_error(bad_suite(tmp_path / "unbacked", lambda d: d["cases"][1]["features"].append("stream")))
+    assert (unbacked.case_index, unbacked.field) == (1, "features")
+    assert "no expectation has a `stream` override" in unbacked.message
 
 
 def test_tool_block_name_mismatch(tmp_path: Path) -> None:
@@ -315,10 +326,11 @@ def test_unknown_profile_is_a_warning_and_still_loads(tmp_path: Path) -> None:
 
 
 def test_directory_features_file_replaces_the_shipped_registry(tmp_path: Path) -> None:
-    registry = "# mine\nreasoning  thinking text\ntool_call  a call\nno_tools  none\nrequest_error  refused\n"
+    registry = "# mine\nreasoning  thinking text\ntool_call  a call\nno_tools  none\nrequest_error  refused\nstream  differs\n"
     directory = write_suite(tmp_path, {"features.txt": registry, "a.yaml": GOOD_FILE})
     assert load_features(directory) == {
-        "reasoning": "thinking text", "tool_call": "a call", "no_tools": "none", "request_error": "refused"
+        "reasoning": "thinking text", "tool_call": "a call", "no_tools": "none", "request_error": "refused",
+        "stream": "differs",
     }  # fmt: skip
     assert len(load_suite(directory)) == 2
     (directory / "features.txt").write_text("reasoning  thinking text\n", encoding="utf-8")
@@ -326,6 +338,7 @@ def test_directory_features_file_replaces_the_shipped_registry(tmp_path: Path) -
         "unknown feature 'tool_call' (not in features.txt)",
         "unknown feature 'no_tools' (not in features.txt)",
         "unknown feature 'request_error' (not in features.txt)",
+        "unknown feature 'stream' (not in features.txt)",
     }
 
 
@@ -359,7 +372,7 @@ def test_check_command_exit_codes_and_output(tmp_path: Path, capsys: pytest.Capt
     bad = bad_suite(tmp_path, lambda d: d["cases"][0]["features"].append("telepathy"))
     assert main(["cases", "check", str(bad)]) == exit_codes.FAILED
     err = capsys.readouterr().err
-    assert f"error: {bad / 'bad.yaml'}:" in err and "case #0 'reasoning-then-call': field features[2]" in err
+    assert f"error: {bad / 'bad.yaml'}:" in err and "case #0 'reasoning-then-call': field features[3]" in err
     assert "1 errors, 0 warnings" in err
 
     broken = write_suite(tmp_path / "broken", {"x.yaml": "cases: [\n"})
@@ -479,5 +492,5 @@ def test_one_pass_reports_schema_and_registry_problems_of_the_same_case(tmp_path
         case["expect"]["hf"]["message"]["content"] = 3
 
     errors = check_suite(bad_suite(tmp_path, several)).errors
-    assert [e.field for e in errors] == ["features[2]", "request.tools[1]", "expect.hf.message.content"]
+    assert [e.field for e in errors] == ["features[3]", "request.tools[1]", "expect.hf.message.content"]
     assert [e.line for e in errors] == sorted(e.line for e in errors)

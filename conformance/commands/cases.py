@@ -17,6 +17,7 @@ problem with its file, line, case (index and id) and field:
   - descriptions that do not state a behaviour (too short, or just the id);
   - tool names that the file's `tools` block does not define;
   - finish_reason values that do not fit the endpoint;
+  - the feature `stream` without a `stream` override in some expectation, or the reverse;
   - expectations for profiles that are not known (a warning; known: hf, legacy, i.e. conformance.server.PROFILES).
 Exit 0 when there is no error (warnings allowed), 1 when a case file has an error, 2 when DIR
 is not a directory or holds no case file.
