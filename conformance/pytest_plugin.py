@@ -33,6 +33,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--conformance-concurrency", metavar="N", type=int, default=8, help="requests in flight (default 8)")
     group.addoption("--conformance-timeout", metavar="S", type=float, default=120, help="seconds per request")
     group.addoption("--conformance-forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP)
+    group.addoption("--conformance-api-key", metavar="KEY", default="EMPTY", help="API key sent to the server")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -122,22 +123,34 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def _results(session: pytest.Session) -> dict[tuple[str, str], Any]:
-    """Run every selected case once (on first use) with the shared engine; results by (case id, mode)."""
+    """Run every selected case once (on first use) with the shared engine; results by (case id, mode).
+    A run that dies fails every item with the same reason instead of being started again per item."""
     state = session.config.stash[_STATE]
     if state["results"] is None:
-        from conformance.driver import Target
-        from conformance.engine import run, write_reports
-        from conformance.transcript import TRANSCRIPTS_FILE, read_transcripts
-
-        option = session.config.getoption
-        selected = {item.case.id: item.case for item in session.items if isinstance(item, ConformanceItem)}
-        target = Target(base_url=option("conformance_base_url"), model=option("conformance_model"),
-                        profile=option("conformance_profile"), timeout=option("conformance_timeout"),
-                        **forcing_fields(option("conformance_forcing")))
-        out_dir = option("conformance_out")
-        output = run(list(selected.values()), target, out_dir, concurrency=option("conformance_concurrency"),
-                     markers=state["markers"])
-        if out_dir is not None:
-            write_reports(out_dir, output.results, output.stamp, read_transcripts(out_dir / TRANSCRIPTS_FILE))
-        state["results"] = {(r.case_id, r.mode): r for r in output.results}
+        try:
+            state["results"] = _run_selection(session)
+        except Exception as exc:
+            state["results"] = exc
+            raise
+    if isinstance(state["results"], Exception):
+        pytest.fail(f"the conformance run failed: {type(state['results']).__name__}: {state['results']}",
+                    pytrace=False)
     return state["results"]
+
+
+def _run_selection(session: pytest.Session) -> dict[tuple[str, str], Any]:
+    from conformance.driver import Target
+    from conformance.engine import run, write_reports
+    from conformance.transcript import TRANSCRIPTS_FILE, read_transcripts
+
+    state, option = session.config.stash[_STATE], session.config.getoption
+    selected = {item.case.id: item.case for item in session.items if isinstance(item, ConformanceItem)}
+    target = Target(base_url=option("conformance_base_url"), model=option("conformance_model"),
+                    profile=option("conformance_profile"), api_key=option("conformance_api_key"),
+                    timeout=option("conformance_timeout"), **forcing_fields(option("conformance_forcing")))
+    out_dir = option("conformance_out")
+    output = run(list(selected.values()), target, out_dir, concurrency=option("conformance_concurrency"),
+                 markers=state["markers"])
+    if out_dir is not None:
+        write_reports(out_dir, output.results, output.stamp, read_transcripts(out_dir / TRANSCRIPTS_FILE))
+    return {(r.case_id, r.mode): r for r in output.results}

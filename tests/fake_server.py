@@ -15,7 +15,7 @@ real vLLM). The scenario is the content of the request's last user message:
 * `no-done`: a complete stream without the final `data: [DONE]`;
 * `plain`: just the content "It is sunny." and no tool call (a model that ignores the tools).
 
-`requests` records every JSON body received, in order.
+`requests` records every JSON body received, in order; `authorizations` the Authorization header of each.
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ class FakeServer:
     def __init__(self, stall_seconds: float = 5.0) -> None:
         self.stall_seconds = stall_seconds
         self.requests: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
@@ -123,6 +124,7 @@ class FakeServer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 server.requests.append(body)
+                server.authorizations.append(self.headers.get("Authorization"))
                 scenario = body["messages"][-1]["content"]
                 if scenario == "http-500":
                     return self._json(500, {"error": {"message": "boom", "code": 500}})

@@ -96,6 +96,21 @@ def test_feature_markers_select_cases(pytester, cases_dir):
     assert len(server.requests) == 2  # deselected cases are not sent
 
 
+def test_the_api_key_is_sent_and_a_run_that_dies_fails_every_item_once(pytester, cases_dir):
+    blocker = pytester.path / "out"
+    blocker.write_text("a file where the output directory should go")
+    with fake_server() as server:
+        result = pytester.runpytest(
+            "--conformance-base-url", server.base_url, "--conformance-model", "fake", "--conformance-profile", "hf",
+            f"--conformance-cases={cases_dir}", "--conformance-api-key=sekrit", f"--conformance-out={blocker}",
+            "-p", "no:cacheprovider",
+        )  # fmt: skip
+    result.assert_outcomes(errors=7)
+    result.stdout.fnmatch_lines(["*the conformance run failed: *Error: *out*"])
+    assert server.authorizations == ["Bearer sekrit"]  # the forcing probe; the run died before the cases
+    assert "Traceback" not in result.stdout.str().split("the conformance run failed", 1)[1]
+
+
 def test_inactive_without_options(pytester):
     pytester.makepyfile("def test_plain():\n    assert True\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
