@@ -373,18 +373,31 @@ def _regex_findings(loaded: _Loaded) -> list[Finding]:
         if anchor.source is not None and _slow_pattern(anchor.compiled, anchor.source):
             findings.append(_slow_regex(where))
     for built in loaded.fields.values():
-        tag_pattern = built.content_args.get("tag_pattern") if isinstance(built.content_args, dict) else None
-        if built.content != "xml-inline" or tag_pattern is None:
-            continue
-        where = f"fields.{built.name}.content_args.tag_pattern"
+        if built.content == "xml-inline" and (finding := _tag_pattern_finding(built)) is not None:
+            findings.append(finding)
+    return findings
+
+
+def _tag_pattern_finding(built: _Field) -> Finding | None:
+    """What vLLM's xml-inline parser will trip over: it reads `content_args.tag_pattern` (a regex with a named
+    group `key`) only when a response is parsed, so the loader lets these through."""
+    where = f"fields.{built.name}.content_args.tag_pattern"
+    tag_pattern = built.content_args.get("tag_pattern") if isinstance(built.content_args, dict) else None
+    if tag_pattern is None:
+        problem = "missing; the xml-inline content parser needs a regex with a named group 'key'"
+    else:
         try:
             compiled = regex.compile(tag_pattern, regex.DOTALL)
         except (regex.error, TypeError) as exc:
-            findings.append(Finding("bad-tag-pattern", f"{where}: {exc} (vLLM fails only when a response is parsed)"))
-            continue
-        if _slow_pattern(compiled, tag_pattern):
-            findings.append(_slow_regex(where))
-    return findings
+            problem = str(exc)
+        else:
+            if _slow_pattern(compiled, tag_pattern):
+                return _slow_regex(where)
+            if "key" not in compiled.groupindex:
+                problem = "has no named group 'key'; vLLM fails on the first tag it matches"
+            else:
+                return None
+    return Finding("bad-tag-pattern", f"{where}: {problem} (vLLM fails only when a response is parsed)")
 
 
 def _json_type(value: object) -> str:

@@ -182,6 +182,26 @@ def test_catastrophic_pattern_is_a_finding_not_a_hang() -> None:
     assert all(verdict.starts for verdict in analysis.vllm_0_32.values())  # vLLM would still start
 
 
+@pytest.mark.parametrize("content_args, problem", [
+    ({}, "fields.tool_calls.content_args.tag_pattern: missing; the xml-inline content parser needs"),
+    ({"tag_pattern": "<(?P<name>\\w+)>(?P<value>.*?)</(?P=name)>"},
+     "fields.tool_calls.content_args.tag_pattern: has no named group 'key'"),
+    ({"tag_pattern": "<(?P<key>\\w+"}, "fields.tool_calls.content_args.tag_pattern: missing )"),
+    ({"tag_pattern": "<(?P<key>\\w+)>(?P<value>.*?)</(?P=key)>"}, None),
+])
+def test_xml_inline_tag_pattern_problems_are_findings(content_args: dict, problem: str | None) -> None:
+    config = qwen3(tool_calls={"open": "<tool_call>", "close": "</tool_call>", "content": "xml-inline",
+                               "content_args": content_args})
+    analysis = analyze_template(config)
+    assert analysis.valid and all(verdict.starts for verdict in analysis.vllm_0_32.values())  # the loader lets it by
+    if problem is None:
+        assert analysis.findings == ()
+    else:
+        assert [finding.code for finding in analysis.findings] == ["bad-tag-pattern"]
+        assert analysis.findings[0].message.startswith(problem)
+        assert analysis.findings[0].message.endswith("(vLLM fails only when a response is parsed)")
+
+
 def test_pattern_too_expensive_to_compile_times_out_and_the_worker_recovers() -> None:
     config = qwen3(content={"open_pattern": "(((a{100}){100}){100}){100}"})
     started = time.monotonic()

@@ -15,13 +15,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conformance.audit import audit_local
 from conformance.fixture import VARIANTS, build_fixture
 from conformance.template import StartupVerdict, analyze_template_unbounded, predict_vllm_startup
-from tests.audit_helpers import fixture_tokenizer_configs, mutation_corpus
+from tests.audit_helpers import QWEN3_STYLE, fixture_tokenizer_configs, mutation_corpus
 
 pytestmark = pytest.mark.vllm
 
@@ -167,3 +168,22 @@ _TEMPLATE = st.fixed_dictionaries({}, optional={
 def test_generated_templates_prediction_equals_vllm(template: object) -> None:
     tokenizer_config = {"response_template": template}
     assert analyze_template_unbounded(tokenizer_config).vllm_0_32 == vllm_decides(tokenizer_config)
+
+
+@pytest.mark.parametrize("content_args", [
+    {}, {"tag_pattern": "<(?P<name>\\w+)>(?P<value>.*?)</(?P=name)>"}, {"tag_pattern": "<(?P<key>\\w+"},
+    {"tag_pattern": "<(?P<key>\\w+)>(?P<value>.*?)</(?P=key)>"},
+])
+def test_a_bad_tag_pattern_finding_means_vllm_fails_on_parsing(content_args: dict) -> None:
+    """The loader lets xml-inline tag_pattern problems by; vLLM's parser trips over them on the first response."""
+    from vllm.parser.chat_parsing import parse_response
+
+    template = {**QWEN3_STYLE, "fields": {**QWEN3_STYLE["fields"], "tool_calls": {
+        "open": "<tool_call>", "close": "</tool_call>", "content": "xml-inline", "content_args": content_args}}}
+    findings = analyze_template_unbounded({"response_template": template}).findings
+    try:
+        parse_response("<|im_start|>assistant\n<tool_call><city>Paris</city></tool_call>", template, prefix="")
+        vllm_fails = False
+    except (ValueError, regex.error):
+        vllm_fails = True
+    assert [finding.code for finding in findings] == (["bad-tag-pattern"] if vllm_fails else [])
