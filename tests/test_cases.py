@@ -140,6 +140,16 @@ def test_expectations_and_stream_overrides(tmp_path: Path) -> None:
     assert legacy.for_mode("non-stream").message.content is None
 
 
+def test_an_expectation_written_once_with_a_yaml_anchor_applies_to_both_profiles(tmp_path: Path) -> None:
+    text = GOOD_FILE.replace("      hf: {error:", "      hf: &refused {error:").replace(
+        "      legacy: {error: {status: 400, param: tools}}", "      legacy: *refused"
+    )
+    assert "*refused" in text
+    case = load_suite(write_suite(tmp_path, {"anchored.yaml": text}))[1]
+    assert case.expect["legacy"] == case.expect["hf"]
+    assert case.expect["legacy"].error.message == "must not be an empty array"
+
+
 def test_error_expectation(tmp_path: Path) -> None:
     case = load_suite(write_suite(tmp_path, {"group.yaml": GOOD_FILE}))[1]
     hf_error, legacy_error = case.expect["hf"].error, case.expect["legacy"].error
