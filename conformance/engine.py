@@ -220,9 +220,13 @@ async def run_async(
                 writers[1].write(result.to_dict())
             bar.advance(result)
 
+    tasks = [asyncio.ensure_future(one_case(case, r)) for r in range(repeat) for case in cases]
     try:
-        await asyncio.gather(*(one_case(case, r) for r in range(repeat) for case in cases))
-    finally:
+        await asyncio.gather(*tasks)
+    finally:  # on a failure (say, a full disk), stop the other requests before closing what they write to
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         bar.close()
         await client.close()
         if writers:

@@ -298,3 +298,15 @@ def test_a_probe_answered_with_garbage_does_not_crash_the_run(cases, tmp_path):
     got = {r.mode: (r.outcome, r.reason) for r in output.results}
     assert got["non-stream"] == ("error", "transport: the response is not a JSON object: '<html>a proxy page</html>'")
     assert got["stream"][0] in ("error", "fail")
+
+
+def test_a_full_disk_stops_the_run_at_once_and_keeps_what_was_written(cases, tmp_path):
+    (tmp_path / "results.jsonl").symlink_to("/dev/full")  # every flush of a result fails with ENOSPC
+    chosen = [case for case in cases if case.id in ("ok", "stall")]
+    with fake_server(stall_seconds=4) as server:
+        target = Target(base_url=server.base_url, model="fake", profile="hf", timeout=10, can_force=True)
+        started = time.monotonic()
+        with pytest.raises(OSError, match="No space left"):
+            run(chosen, target, tmp_path)
+        assert time.monotonic() - started < 3  # the stalled request was cancelled, not waited for
+    assert {t.case_id for t in read_transcripts(tmp_path / "transcripts.jsonl")} >= {"ok"}
