@@ -443,8 +443,7 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
             except ValueError as exc:
                 serving_error = str(exc)
             findings += _regex_findings(loaded)
-        field_names = set(template.get("fields") or {}) if isinstance(template.get("fields"), dict) else set()
-        if "reasoning_content" in field_names:
+        if isinstance(template.get("fields"), dict) and "reasoning_content" in template["fields"]:
             findings.append(Finding(
                 "reasoning-content-field",
                 "the template names its reasoning field `reasoning_content` (a transformers convention); "

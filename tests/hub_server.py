@@ -181,8 +181,10 @@ class HubServer:
                     headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
                 payload = data[start:]
                 key = f"{repo_id}/{filename}"
-                if repo.mode == TRUNCATED or (repo.mode == TRUNCATED_ONCE and key not in hub._truncated_once):
+                with hub._lock:  # concurrent first GETs: exactly one of them is cut
+                    cut_now = repo.mode == TRUNCATED or (repo.mode == TRUNCATED_ONCE and key not in hub._truncated_once)
                     hub._truncated_once.add(key)
+                if cut_now:
                     cut = 0 if repo.mode == TRUNCATED else len(payload) // 2
                     self.send_response(status)
                     for name, value in {**headers, "Content-Length": str(len(payload)), "Connection": "close"}.items():
