@@ -19,7 +19,8 @@ from typing import Any
 
 from conformance.transcript import ServerStamp, SseLine, Transcript
 
-DEFAULT_TIMEOUT = 120.0
+DEFAULT_TIMEOUT = 120.0  # seconds per request
+DEFAULT_CONCURRENCY = 8  # requests in flight at once
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.checks import DEFAULT_MARKERS, Check, judge, template_markers
-from conformance.driver import Target, fetch_server_version, make_client, request_body, send
+from conformance.driver import DEFAULT_CONCURRENCY, Target, fetch_server_version, make_client, request_body, send
 from conformance.report.stamp import make_stamp
 from conformance.results import RESULTS_FILE, CaseResult, Summary, make_result, summarize
 from conformance.transcript import (
@@ -28,8 +28,6 @@ from conformance.transcript import (
     Transcript,
     group_by_key,
 )
-
-DEFAULT_CONCURRENCY = 8
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conformance.driver import FORCING_CHOICES, FORCING_HELP, forcing_fields
+from conformance.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
 
 _STATE = pytest.StashKey[dict[str, Any]]()
 
@@ -30,8 +30,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--conformance-out", metavar="DIR", type=Path, help="write transcripts, results and reports here")
     group.addoption("--conformance-checkpoint", metavar="DIR", type=Path,
                     help="local checkpoint whose response_template gives the markers checked for leaks")
-    group.addoption("--conformance-concurrency", metavar="N", type=int, default=8, help="requests in flight (default 8)")
-    group.addoption("--conformance-timeout", metavar="S", type=float, default=120, help="seconds per request")
+    group.addoption("--conformance-concurrency", metavar="N", type=int, default=DEFAULT_CONCURRENCY,
+                    help=f"requests in flight (default {DEFAULT_CONCURRENCY})")
+    group.addoption("--conformance-timeout", metavar="S", type=float, default=DEFAULT_TIMEOUT,
+                    help=f"seconds per request (default {DEFAULT_TIMEOUT:g})")
     group.addoption("--conformance-forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP)
     group.addoption("--conformance-api-key", metavar="KEY", default="EMPTY", help="API key sent to the server")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import exit_codes
-from conformance.driver import FORCING_CHOICES, FORCING_HELP, forcing_fields
+from conformance.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
 
 DESCRIPTION = """\
 Send every case (streaming and non-streaming unless a case says otherwise) to an OpenAI-compatible
@@ -49,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--profile", metavar="NAME", help="profile whose expectations apply (default: the --launch profile)")
     parser.add_argument("--cases", type=Path, metavar="DIR", help="case directory (default: the shipped cases/)")
     parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: reports/run-<time>)")
-    parser.add_argument("--concurrency", type=int, default=8, metavar="N", help="requests in flight at once (default: 8)")
+    parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
+                        help=f"requests in flight at once (default: {DEFAULT_CONCURRENCY})")
     parser.add_argument("--repeat", type=int, default=1, metavar="K", help="run every case K times; reports pass@K")
     parser.add_argument("--case", action="append", default=[], metavar="ID", help="only this case (repeatable)")
     parser.add_argument("--feature", action="append", default=[], metavar="TAG",
@@ -57,7 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--natural", action="store_true",
                         help="natural mode: send prompts without forcing outputs (for real models)")
     parser.add_argument("--forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP)
-    parser.add_argument("--timeout", type=float, default=120, metavar="S", help="seconds per request (default: 120)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+                        help=f"seconds per request (default: {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--api-key", default="EMPTY", metavar="KEY", help="API key sent to the server (default: EMPTY)")
     parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="local checkpoint directory: its response_template gives the markers checked for leaks")
