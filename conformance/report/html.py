@@ -22,6 +22,7 @@ th{white-space:nowrap}
 td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}
 pre,.raw td{font-family:ui-monospace,monospace;font-size:.85em}
 pre{background:#f6f8fa;padding:.5em;margin:.2em 0;overflow-x:auto;white-space:pre-wrap;word-break:break-all}
+.checks{width:100%;table-layout:fixed}.checks td{overflow-wrap:anywhere}
 .raw{width:100%}.raw td{white-space:pre-wrap;word-break:break-all;background:#f6f8fa}.raw td.t{white-space:nowrap}
 .pass{color:#1a7f37}.fail{color:#cf222e}.error{color:#8250df}.skip{color:#9a6700}
 .note{color:#57606a}
@@ -85,8 +86,9 @@ def _checks_table(result: CaseResult) -> str:
         f"<td>{escape(c.reason)}</td><td>{cell(c.expected)}</td><td>{cell(c.actual)}</td></tr>"
         for c in result.checks
     )
-    header = "".join(f"<th>{name}</th>" for name in ("check", "kind", "outcome", "reason", "expected", "actual"))
-    return f"<table><tr>{header}</tr>{rows}</table>"
+    widths = {"check": 18, "kind": 10, "outcome": 6, "reason": 22, "expected": 22, "actual": 22}  # percent
+    header = "".join(f"<th style='width:{width}%'>{name}</th>" for name, width in widths.items())
+    return f"<table class='checks'><tr>{header}</tr>{rows}</table>"
 
 
 def _raw_stream(transcript: Transcript) -> str:
