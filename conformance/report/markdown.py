@@ -3,7 +3,9 @@ capping row counts and cell lengths)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from html import escape
 from typing import Any
 
 from conformance.results import CaseResult, failed_findings, finding_counts, summarize
@@ -16,8 +18,13 @@ ICONS = {"pass": "✅", "fail": "❌", "skip": "⏭️", "error": "💥"}
 
 
 def _cell(value: Any) -> str:
-    text = str(value).replace("\n", "\\n").replace("|", "\\|")
-    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+    """One table cell: JSON for structured values, newlines shown as \\n, cut at MAX_CELL, and `<`, `>`,
+    `&`, `|` escaped (GitHub would otherwise swallow a `<tool_call>` as an HTML tag)."""
+    text = json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, (dict, list)) else str(value)
+    text = text.replace("\n", "\\n")
+    if len(text) > MAX_CELL:
+        text = text[: MAX_CELL - 1] + "…"
+    return escape(text, quote=False).replace("|", "\\|")
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
