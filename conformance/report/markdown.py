@@ -37,7 +37,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
 
 def render(results: Sequence[CaseResult], stamp: Mapping[str, Any]) -> str:
     summary = summarize(results)
-    lines = [f"# {ICONS['fail' if summary.exit_outcome == 'fail' else summary.exit_outcome]} Conformance run", ""]
+    lines = [f"# {ICONS[summary.exit_outcome]} Conformance run", ""]
     lines += _table(["", ""], stamp_lines(stamp)) + ["", f"**{summary.line()}**", ""]
 
     profiles = sorted({r.profile for r in results})
