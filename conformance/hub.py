@@ -48,9 +48,20 @@ class HubSettings:
             endpoint=(env.get("HF_ENDPOINT") or "").rstrip("/") or None,
             cache_dir=env.get("HF_HUB_CACHE") or os.path.join(home, "hub"),
             offline=(env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or "").upper() in {"1", "ON", "YES", "TRUE"},
-            timeout=timeout if timeout is not None else float(env.get("HF_HUB_ETAG_TIMEOUT") or DEFAULT_TIMEOUT_S),
+            timeout=timeout if timeout is not None else _seconds("HF_HUB_ETAG_TIMEOUT", DEFAULT_TIMEOUT_S),
             token=env.get("HF_TOKEN") or None,
         )
+
+
+def _seconds(variable: str, default: float) -> float:
+    value = os.environ.get(variable) or str(default)
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ValueError(f"{variable}={value!r} is not a positive number of seconds")
+    return seconds
 
 
 @dataclass

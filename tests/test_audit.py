@@ -103,6 +103,17 @@ def test_a_report_that_cannot_be_written_exits_2_naming_the_path(tmp_path: Path)
     assert "Traceback" not in completed.stderr
 
 
+@pytest.mark.parametrize("arguments, environment, message", [
+    (["--timeout", "0"], {}, "error: --timeout must be a positive number of seconds"),
+    ([], {"HF_HUB_ETAG_TIMEOUT": "soon"}, "error: HF_HUB_ETAG_TIMEOUT='soon' is not a positive number of seconds"),
+])
+def test_bad_timeouts_are_usage_errors(tmp_path: Path, arguments: list[str], environment: dict[str, str],
+                                       message: str) -> None:
+    completed = subprocess.run([sys.executable, "-m", "conformance", "audit", "a/b@main", *arguments],
+                               capture_output=True, text=True, cwd=tmp_path, env={**os.environ, **environment})
+    assert (completed.returncode, completed.stderr.strip()) == (exit_codes.ERROR, message)
+
+
 def test_cli_audits_the_fixtures_and_meets_their_expectations(fixture_hub, tmp_path: Path) -> None:
     server, commits = fixture_hub
     lines = []

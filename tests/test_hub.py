@@ -152,6 +152,10 @@ def test_settings_follow_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "3")
     changed = HubSettings.from_env()
     assert (changed.cache_dir, changed.offline, changed.timeout) == (str(tmp_path / "cache"), True, 3.0)
+    for bad in ("soon", "0", "-1"):
+        monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", bad)
+        with pytest.raises(ValueError, match=f"HF_HUB_ETAG_TIMEOUT='{bad}' is not a positive number of seconds"):
+            HubSettings.from_env()
 
 
 def test_a_body_truncated_once_is_downloaded_again(hub_url: HubServer, tmp_path: Path) -> None:

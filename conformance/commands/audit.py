@@ -83,7 +83,10 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--local: not a directory: {', '.join(missing)}")
         if args.workers < 1:
             raise UsageError("--workers must be at least 1")
-    except (CheckpointsError, UsageError) as exc:
+        if args.timeout is not None and not args.timeout > 0:
+            raise UsageError("--timeout must be a positive number of seconds")
+        settings = HubSettings.from_env(args.timeout)
+    except (CheckpointsError, UsageError, ValueError) as exc:  # ValueError: a bad HF_* environment variable
         print(f"error: {exc}", file=sys.stderr)
         return exit_codes.ERROR
     for entry in entries:
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             audit.position = len(writer.audits)
             writer.add(audit)
         offset = len(writer.audits)
-        for audit in audit_checkpoints(entries, HubSettings.from_env(args.timeout), workers=args.workers):
+        for audit in audit_checkpoints(entries, settings, workers=args.workers):
             audit.position += offset
             writer.add(audit)
         report = writer.finish()
