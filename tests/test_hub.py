@@ -195,5 +195,8 @@ def test_real_fixtures_are_served_and_fetched_byte_exact(tmp_path: Path) -> None
         commits = serve_fixtures(server)
         results = list(fetch_many(list(commits.items()), settings(server, tmp_path)))
     assert {r.repo: (r.status, r.commit) for r in results} == {repo: ("ok", commit) for repo, commit in commits.items()}
+    for result in results:
+        served = server.repos[result.repo].files
+        assert {name: path.read_bytes() for name, path in result.files.items()} == served, result.repo
     conic = next(r for r in results if r.repo == "ConicCat/Gemma4-GarnetV2-31B")
     assert "response_schema" in conic.tokenizer_config
