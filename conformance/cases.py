@@ -3,7 +3,8 @@
 `load_suite()` returns ready-to-run `Case` objects or raises `CaseFileError`; `check_suite()` returns
 every problem found (errors and warnings) for `conformance cases check`. Both apply the same rules:
 the JSON Schema `schemas/case.schema.json`, the feature registry `features.txt`, unique ids and
-descriptions, descriptions that state behaviour, known tool names and known profiles.
+descriptions, descriptions that state behaviour, known tool names (a file's own `tools` block and
+the directory's `tools.yaml`) and known profiles.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ Severity = Literal["error", "warning"]
 MODES: tuple[Mode, ...] = ("non-stream", "stream")
 DEFAULT_CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
 FEATURES_FILE = "features.txt"
+TOOLS_FILE = "tools.yaml"  # named tools that every case file of the directory may use
 SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "case.schema.json"
 
 CHAT_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter"})
@@ -209,13 +211,17 @@ def check_suite(directory: Path | None = None) -> SuiteCheck:
         return check
     features, feature_issues = _load_features(directory)
     check.issues.extend(feature_issues)
-    files = check.files = sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    shared_tools, tool_issues = _load_shared_tools(directory)
+    check.issues.extend(tool_issues)
+    files = check.files = sorted(
+        p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file() and p.name != TOOLS_FILE
+    )
     if not files:
         check.issues.append(Issue(directory, "no case files (*.yaml) in this directory"))
     seen_ids: dict[str, Issue] = {}
     seen_descriptions: dict[str, Issue] = {}
     for path in files:
-        cases, issues = _check_file(path, features)
+        cases, issues = _check_file(path, features, shared_tools)
         check.issues.extend(issues)
         for case in cases:
             here = Issue(path, "", case.index, case.id, line=case.line)
@@ -276,45 +282,93 @@ def _load_features(directory: Path) -> tuple[dict[str, str], list[Issue]]:
 
 
 @cache
-def _validator() -> Any:
+def _schema() -> dict[str, Any]:
     import jsonschema
 
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    return schema
 
 
-def _check_file(path: Path, features: Mapping[str, str]) -> tuple[list[Case], list[Issue]]:
+@cache
+def _validator() -> Any:
+    """Validates a case file."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(_schema())
+
+
+@cache
+def _tools_validator() -> Any:
+    """Validates the directory's TOOLS_FILE: a case file's `tools` block alone (same definitions)."""
+    import jsonschema
+
+    schema = _schema()
+    return jsonschema.Draft202012Validator(
+        {**schema, "title": "Shared tools file", "required": ["tools"], "properties": {"tools": schema["properties"]["tools"]}}
+    )
+
+
+def _load_shared_tools(directory: Path) -> tuple[dict[str, Any], list[Issue]]:
+    """The tools of `directory`/TOOLS_FILE (none if the file is absent) and its problems."""
+    path = directory / TOOLS_FILE
+    if not path.is_file():
+        return {}, []
+    locator, issues, _ = _read_document(path, _tools_validator())
+    if locator is None:
+        return {}, issues
+    tools = locator.data["tools"]
+    return tools, issues + list(_tool_name_issues(tools, locator))
+
+
+def _read_document(path: Path, validator: Any) -> tuple[_Locator | None, list[Issue], set[int]]:
+    """Parse and schema-check one file: (its locator, or None when nothing in it is usable; the
+    problems found; the indices of cases with schema errors)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return [], [Issue(path, f"cannot read: {exc}")]
+        return None, [Issue(path, f"cannot read: {exc}")], set()
     try:
         node, data = _parse_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         if mark is None:
-            return [], [Issue(path, f"invalid YAML: {_one_line(exc)}")]
+            return None, [Issue(path, f"invalid YAML: {_one_line(exc)}")], set()
         problem = " ".join(filter(None, (getattr(exc, "context", None), getattr(exc, "problem", None))))
-        return [], [Issue(path, f"invalid YAML (column {mark.column + 1}): {problem}", line=mark.line + 1)]
+        return None, [Issue(path, f"invalid YAML (column {mark.column + 1}): {problem}", line=mark.line + 1)], set()
     locator = _Locator(path, data, node)
     issues = list(_duplicate_keys(node, locator))
     invalid_cases: set[int] = set()
     file_level_invalid = False
-    for at, message in sorted(_schema_problems(data), key=lambda problem: list(map(str, problem[0]))):
+    for at, message in sorted(_schema_problems(data, validator), key=lambda problem: list(map(str, problem[0]))):
         issues.append(locator.issue(at, message))
         if len(at) >= 2 and at[0] == "cases" and isinstance(at[1], int):
             invalid_cases.add(at[1])
         else:
             file_level_invalid = True
-    if file_level_invalid:
-        return [], issues
-    tools = data.get("tools", {})
+    return (None if file_level_invalid else locator), issues, invalid_cases
+
+
+def _tool_name_issues(tools: Mapping[str, Any], locator: _Locator) -> Iterator[Issue]:
     for name, tool in tools.items():
         if tool["function"]["name"] != name:
-            issues.append(locator.issue(["tools", name, "function", "name"],
-                                        f"tool is listed under {name!r} but its function.name is "
-                                        f"{tool['function']['name']!r}"))
+            yield locator.issue(["tools", name, "function", "name"],
+                                f"tool is listed under {name!r} but its function.name is {tool['function']['name']!r}")
+
+
+def _check_file(
+    path: Path, features: Mapping[str, str], shared_tools: Mapping[str, Any]
+) -> tuple[list[Case], list[Issue]]:
+    locator, issues, invalid_cases = _read_document(path, _validator())
+    if locator is None:
+        return [], issues
+    data, node = locator.data, locator.node
+    own_tools = data.get("tools", {})
+    issues.extend(_tool_name_issues(own_tools, locator))
+    for name in sorted(own_tools.keys() & shared_tools.keys()):
+        issues.append(locator.issue(["tools", name], f"tool {name!r} is already defined in {TOOLS_FILE} "
+                                    "(use that one, or give this one another name)"))
+    tools = {**shared_tools, **own_tools}
     cases = []
     for index, raw in enumerate(data["cases"]):
         case_issues = list(_semantic_issues(raw, index, tools, features, locator))
@@ -360,7 +414,7 @@ def _semantic_issues(
             if tool not in tools:
                 known = ", ".join(sorted(tools)) or "none"
                 yield locator.issue([*at, "request", "tools", position],
-                                    f"unknown tool name {tool!r} (tools of this file: {known})")
+                                    f"unknown tool name {tool!r} (tools of this file and {TOOLS_FILE}: {known})")
             request_tool_names.add(tool)
         elif isinstance(tool, dict) and isinstance(tool.get("function"), dict):
             request_tool_names.add(tool["function"].get("name"))
@@ -527,9 +581,9 @@ def _duplicate_keys(node: yaml.Node | None, locator: _Locator, at: list[str | in
             yield from _duplicate_keys(item, locator, [*at, position])
 
 
-def _schema_problems(data: Any) -> Iterator[tuple[list[str | int], str]]:
+def _schema_problems(data: Any, validator: Any) -> Iterator[tuple[list[str | int], str]]:
     """Schema violations as (path, message), phrased for a person editing the YAML."""
-    for error in _validator().iter_errors(data):
+    for error in validator.iter_errors(data):
         at = list(error.absolute_path)
         if error.schema is False:
             # jsonschema places a `false` subschema's error on the parent object: find the key
@@ -546,7 +600,7 @@ def _schema_problems(data: Any) -> Iterator[tuple[list[str | int], str]]:
         elif error.validator in ("oneOf", "anyOf") and all(set(sub) == {"required"} for sub in error.validator_value):
             yield at, "give exactly one of " + " or ".join(f"`{sub['required'][0]}`" for sub in error.validator_value)
         elif error.validator == "anyOf" and "tools" in at:
-            yield at, "a tool must be a name from the file's `tools` block or a full tool object"
+            yield at, f"a tool must be a name from the file's `tools` block or {TOOLS_FILE}, or a full tool object"
         else:
             yield at, _one_line(error.message)
 

@@ -15,6 +15,7 @@ from conformance import exit_codes
 from conformance.cases import (
     DEFAULT_CASES_DIR,
     SCHEMA_PATH,
+    TOOLS_FILE,
     CaseFileError,
     check_suite,
     load_features,
@@ -217,7 +218,7 @@ def test_load_suite_raises_with_every_error(tmp_path: Path) -> None:
         pytest.param(lambda d: d["cases"][0]["features"].append("telepathy"), "features[3]",
                      "unknown feature 'telepathy'", id="unknown-feature"),
         pytest.param(lambda d: d["cases"][0]["request"]["tools"].append("get_wether"), "request.tools[1]",
-                     "unknown tool name 'get_wether' (tools of this file: get_weather)", id="unknown-tool"),
+                     "unknown tool name 'get_wether' (tools of this file and tools.yaml: get_weather)", id="unknown-tool"),
         pytest.param(lambda d: d["cases"][0]["request"].update(model="m"), "request.model", "key not allowed here",
                      id="request-model"),
         pytest.param(lambda d: d["cases"][0]["request"].update(stream=True), "request.stream",
@@ -371,6 +372,53 @@ def test_missing_or_empty_directory(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# The directory's shared tools file
+
+SHARED_TOOLS = """\
+tools:
+  get_weather:
+    type: function
+    function:
+      name: get_weather
+      parameters: {type: object, properties: {city: {type: string}}}
+"""
+
+
+def without_tools_block(text: str) -> str:
+    return "cases:" + text.split("\ncases:", 1)[1]
+
+
+def test_case_files_use_the_shared_tools_file(tmp_path: Path) -> None:
+    directory = write_suite(tmp_path, {"tools.yaml": SHARED_TOOLS, "a.yaml": without_tools_block(GOOD_FILE)})
+    result = check_suite(directory)
+    assert result.issues == [] and result.files == [directory / "a.yaml"]
+    assert result.cases[0].request["tools"] == [yaml.safe_load(SHARED_TOOLS)["tools"]["get_weather"]]
+
+
+def test_a_tool_defined_in_both_places_is_refused(tmp_path: Path) -> None:
+    error = only_error(write_suite(tmp_path, {"tools.yaml": SHARED_TOOLS, "a.yaml": GOOD_FILE}))
+    assert (error.file.name, error.field, error.case_index) == ("a.yaml", "tools.get_weather", None)
+    assert error.message.startswith("tool 'get_weather' is already defined in tools.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        (SHARED_TOOLS.replace("name: get_weather", "name: weather"), "tools.get_weather.function.name",
+         "its function.name is 'weather'"),
+        (SHARED_TOOLS + "cases: []\n", "cases", "unknown key 'cases' (allowed here: tools)"),
+        (SHARED_TOOLS.replace("type: function", "type: functoin"), "tools.get_weather.type", "'function' was expected"),
+        ("tools: [\n", "", "invalid YAML"),
+    ],
+)
+def test_a_bad_shared_tools_file_is_reported_by_file_and_field(tmp_path: Path, text: str, field: str, words: str) -> None:
+    directory = write_suite(tmp_path, {"tools.yaml": text, "a.yaml": GOOD_FILE.replace("get_weather", "get_forecast")})
+    error = only_error(directory)
+    assert error.file == directory / "tools.yaml" and error.field == field and error.case_index is None
+    assert words in error.message
+
+
+# ---------------------------------------------------------------------------------------------
 # `conformance cases check`
 
 
@@ -478,7 +526,7 @@ def test_shipped_files_validate_against_the_schema_alone() -> None:
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
-    files = sorted(DEFAULT_CASES_DIR.glob("*.yaml"))
+    files = sorted(path for path in DEFAULT_CASES_DIR.glob("*.yaml") if path.name != TOOLS_FILE)
     assert len(files) >= 4
     for path in files:
         errors = list(validator.iter_errors(yaml.safe_load(path.read_text(encoding="utf-8"))))

@@ -9,13 +9,14 @@ from pathlib import Path
 from conformance import exit_codes
 
 CHECK_DESCRIPTION = """\
-Validate every *.yaml file of a case directory (default: the shipped suite) and report every
-problem with its file, line, case (index and id) and field:
+Validate every *.yaml file of a case directory (default: the shipped suite; DIR/tools.yaml holds
+the tools that its files share) and report every problem with its file, line, case (index and id)
+and field:
   - the JSON Schema conformance/schemas/case.schema.json (types, required fields, unknown keys);
   - feature tags that are not in the registry (DIR/features.txt, else the shipped one);
   - duplicate case ids and duplicate descriptions (across files);
   - descriptions that do not state a behaviour (too short, or just the id);
-  - tool names that the file's `tools` block does not define;
+  - tool names that neither the file's `tools` block nor DIR/tools.yaml defines (and names both define);
   - finish_reason values that do not fit the endpoint;
   - the feature `stream` without a `stream` override in some expectation, or the reverse;
   - expectations for profiles that are not known (a warning; known: hf, legacy, i.e. conformance.server.PROFILES).
