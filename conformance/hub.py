@@ -239,7 +239,10 @@ def fetch_many(
     if not pairs:
         return
     disable_progress_bars()  # one bar per small file is noise, and slow with hundreds of checkpoints
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(pairs)))) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(pairs))))
+    try:
         futures = [pool.submit(fetch_checkpoint, repo, revision, settings) for repo, revision in pairs]
         for future in as_completed(futures):
             yield future.result()
+    finally:  # on Ctrl-C or an abandoned generator, wait only for the fetches already running
+        pool.shutdown(wait=True, cancel_futures=True)

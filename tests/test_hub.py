@@ -190,6 +190,17 @@ def test_fetches_run_concurrently_and_failures_do_not_stop_the_others(hub_url: H
     assert elapsed < 4, elapsed
 
 
+def test_an_abandoned_fetch_does_not_wait_for_the_queued_checkpoints(hub_url: HubServer, tmp_path: Path) -> None:
+    for index in range(10):
+        hub_url.add_repo(f"t/queued-{index}", {"tokenizer_config.json": CONFIG}, mode=hub_server.SLOW, delay_s=0.2)
+    started = time.monotonic()
+    results = fetch_many([(f"t/queued-{index}", "main") for index in range(10)], settings(hub_url, tmp_path), workers=1)
+    assert next(results).status == "ok"
+    results.close()  # what a Ctrl-C in the consumer does to the generator
+    # One checkpoint costs about five answers x 0.2 s; all ten one after another would take ~10 s.
+    assert time.monotonic() - started < 4
+
+
 def test_real_fixtures_are_served_and_fetched_byte_exact(tmp_path: Path) -> None:
     with HubServer() as server:
         commits = serve_fixtures(server)
