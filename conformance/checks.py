@@ -583,9 +583,29 @@ def replay_with_openai_client(transcript: Transcript) -> Message:
     return _message_from_chat_json(choice.message.to_dict(), choice.finish_reason)
 
 
+def replay_responses_with_openai_client(transcript: Transcript) -> Message:
+    """Feed the recorded Responses events through openai-python's own accumulator (the state behind
+    `client.responses.stream()`) and take the final response as `get_final_response()` would: it
+    raises when no `response.completed` event came (an incomplete response, for one)."""
+    from openai import omit
+    from openai._models import construct_type
+    from openai.lib.streaming.responses import ResponseStreamState
+    from openai.types.responses import ResponseStreamEvent
+
+    state = ResponseStreamState(input_tools=transcript.request.get("tools") or [], text_format=omit)
+    for event in read_stream(transcript).events:
+        state.handle_event(construct_type(type_=ResponseStreamEvent, value=event))
+    final = state._completed_response  # what get_final_response() returns
+    if final is None:
+        raise RuntimeError("Didn't receive a `response.completed` event.")  # get_final_response()'s own words
+    return _message_from_responses_json(final.to_dict())
+
+
 def finding_client_replay(transcript: Transcript, ours: Message) -> Check:
+    """Does openai-python's own stream accumulator rebuild the message we reassembled?"""
+    replay = replay_responses_with_openai_client if transcript.endpoint == "responses" else replay_with_openai_client
     try:
-        replayed = replay_with_openai_client(transcript)
+        replayed = replay(transcript)
     except Exception as exc:  # the point is to report how the real client breaks
         return Check("client_replay", FAIL, FINDING, reason=f"openai client raised {type(exc).__name__}: {exc}"[:400])
     theirs, mine = message_view(replayed), message_view(ours)
@@ -719,8 +739,7 @@ def judge(
         checks.append(finding_forced_output(transcript))
     if reading is not None:
         checks.append(finding_tool_call_streaming(reading))
-        if transcript.endpoint == "chat":
-            checks.append(finding_client_replay(transcript, message))
+        checks.append(finding_client_replay(transcript, message))
         if companion is not None and not natural:  # natural outputs differ between requests
             checks.append(_compare_with_companion(case, transcript, message, companion))
 

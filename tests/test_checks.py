@@ -7,6 +7,7 @@ import pytest
 from conformance.checks import (
     DEFAULT_MARKERS,
     check_stream_framing,
+    finding_client_replay,
     observed_tool_call_streaming,
     FINDING,
     SCHEMA,
@@ -480,3 +481,39 @@ def test_tool_call_shape_in_a_whole_message(cases):
     assert check.reason == 'call 0 lacks an id, type "function", a non-empty name'
     good = by_name(judge(cases["one-call"], response_transcript(GOOD_MESSAGE, "tool_calls")))
     assert good["tool_call_shape"].outcome == "pass"
+
+
+def test_responses_streams_are_replayed_through_the_openai_client_too():
+    final = {"id": "resp_1", "object": "response", "status": "completed", "output": [
+        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "Hi", "annotations": []}]},
+        {"type": "function_call", "id": "fc_1", "name": "get_weather", "arguments": '{"city": "A"}', "call_id": "c1",
+         "status": "completed"},
+    ]}  # fmt: skip
+    events = [
+        {"type": "response.created", "response": {**final, "status": "in_progress", "output": []}},
+        {"type": "response.output_item.added", "output_index": 0,
+         "item": {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}},
+        {"type": "response.content_part.added", "output_index": 0, "content_index": 0,
+         "part": {"type": "output_text", "text": "", "annotations": []}},
+        {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": "Hi"},
+        {"type": "response.output_item.added", "output_index": 1,
+         "item": {"type": "function_call", "id": "fc_1", "name": "get_weather", "call_id": "c1", "arguments": ""}},
+        {"type": "response.function_call_arguments.delta", "output_index": 1, "delta": '{"city": "A"}'},
+        {"type": "response.completed", "response": final},
+    ]  # fmt: skip
+    stream = stream_transcript(events, done=False, endpoint="responses")
+    check = finding_client_replay(stream, read_stream(stream).message)
+    assert (check.outcome, check.reason) == ("pass", "openai client rebuilds the same message")
+    # the final response disagrees with the deltas: the client (which keeps the final one) sees other arguments
+    changed = {**final, "output": [final["output"][0], {**final["output"][1], "arguments": '{"city": "B"}'}]}
+    stream = stream_transcript(events[:-1] + [{"type": "response.completed", "response": changed}], done=False,
+                               endpoint="responses")
+    check = finding_client_replay(stream, read_stream(stream).message)
+    assert (check.outcome, check.actual) == ("fail", {"tool_calls": [
+        {"name": "get_weather", "arguments": {"json": {"city": "B"}}}]})
+    # an incomplete response: client.responses.stream().get_final_response() raises
+    incomplete = stream_transcript(events[:-1] + [{"type": "response.incomplete", "response": {
+        **final, "status": "incomplete"}}], done=False, endpoint="responses")
+    check = finding_client_replay(incomplete, read_stream(incomplete).message)
+    assert check.outcome == "fail" and "Didn't receive a `response.completed` event" in check.reason
