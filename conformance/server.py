@@ -75,6 +75,9 @@ STOP_GRACE_SECONDS = 15.0
 KILL_WAIT_SECONDS = 5.0
 POLL_SECONDS = 0.5
 PR_SET_PDEATHSIG = 1  # prctl(2) option
+# The servers we start listen on 127.0.0.1: talk to them directly, never through an HTTP(S)_PROXY
+# from the environment (which would answer for them, or not at all).
+_LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class ServerStartError(RuntimeError):
@@ -274,7 +277,7 @@ def launch(
 
 def _is_healthy(root_url: str) -> bool:
     try:
-        with urllib.request.urlopen(root_url + "/health", timeout=5) as response:
+        with _LOOPBACK.open(root_url + "/health", timeout=5) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False
@@ -283,7 +286,7 @@ def _is_healthy(root_url: str) -> bool:
 def _get_json_or_empty(url: str) -> dict:
     """The JSON object at `url`, or {} when the server refuses (e.g. 401 under --api-key) or fails."""
     try:
-        with urllib.request.urlopen(url, timeout=30) as response:
+        with _LOOPBACK.open(url, timeout=30) as response:
             data = json.load(response)
     except (urllib.error.URLError, OSError, ValueError):
         return {}

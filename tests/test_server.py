@@ -159,6 +159,18 @@ def test_a_healthy_server_is_described_and_its_whole_tree_stopped(fake_python) -
     assert_all_gone(found)
 
 
+def test_a_proxy_in_the_environment_is_not_used_for_the_loopback_server(fake_python, monkeypatch) -> None:
+    python, pids = fake_python("serve")
+    for variable in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(variable, "http://127.0.0.1:9")  # nothing listens there
+    for variable in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(variable, raising=False)
+    with launch("hf", "some/model", python=python, timeout=30) as server:
+        found = wait_for_pids(pids, 2)
+        assert (server.model, server.version) == ("fake-model", "0.32.0-fake")
+    assert_all_gone(found)
+
+
 def test_a_server_whose_model_list_needs_a_key_is_described_from_its_arguments(fake_python) -> None:
     python, pids = fake_python("auth")
     extra = ["--api-key", "secret", "--served-model-name", "tiny", "alias"]
