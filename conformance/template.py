@@ -17,6 +17,7 @@ import atexit
 import os
 import pickle
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -484,7 +485,11 @@ def _read_frame(stream: Any) -> Any:
 
 
 def serve_worker() -> None:
-    """Worker process loop: analyse each tokenizer_config received on stdin until it closes."""
+    """Worker process loop: analyse each tokenizer_config received on stdin until it closes.
+
+    Ctrl-C reaches the whole process group; the parent decides when the worker ends (it closes stdin or kills
+    it), so the worker ignores SIGINT rather than dying with a traceback on the user's terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
