@@ -20,7 +20,6 @@ from conformance.audit import CheckpointAudit
 from conformance.template import CONFIGURATIONS
 
 TARGET = "vLLM 0.32.0"
-SCHEMA = "audit-report.schema.json"
 
 
 def audit_to_json(audit: CheckpointAudit) -> dict[str, Any]:
