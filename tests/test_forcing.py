@@ -41,8 +41,8 @@ def test_a_nul_character_cannot_be_forced() -> None:
 
 
 def test_extra_body_asks_for_the_regex_and_the_token_ids() -> None:
-    body = forcing_extra_body("<think>\n</think>")
-    assert body == {"structured_outputs": {"regex": exact_regex("<think>\n</think>")}, "return_token_ids": True}
+    body = forcing_extra_body("<think>\n</think> a.b")
+    assert body == {"structured_outputs": {"regex": r"<think>\n</think> a\.b"}, "return_token_ids": True}
 
 
 def test_token_ids_are_collected_from_responses_and_streams() -> None:
