@@ -304,9 +304,12 @@ def _tools_validator() -> Any:
     import jsonschema
 
     schema = _schema()
-    return jsonschema.Draft202012Validator(
-        {**schema, "title": "Shared tools file", "required": ["tools"], "properties": {"tools": schema["properties"]["tools"]}}
-    )
+    tools_only = {
+        "title": "Shared tools file",
+        "required": ["tools"],
+        "properties": {"tools": schema["properties"]["tools"]},
+    }
+    return jsonschema.Draft202012Validator({**schema, **tools_only})
 
 
 def _load_shared_tools(directory: Path) -> tuple[dict[str, Any], list[Issue]]:
