@@ -411,7 +411,9 @@ def test_a_tool_defined_in_both_places_is_refused(tmp_path: Path) -> None:
         ("tools: [\n", "", "invalid YAML"),
     ],
 )
-def test_a_bad_shared_tools_file_is_reported_by_file_and_field(tmp_path: Path, text: str, field: str, words: str):
+def test_a_bad_shared_tools_file_is_reported_by_file_and_field(
+    tmp_path: Path, text: str, field: str, words: str
+) -> None:
     case_file = GOOD_FILE.replace("get_weather", "get_forecast")  # its own tool: only tools.yaml is broken
     directory = write_suite(tmp_path, {"tools.yaml": text, "a.yaml": case_file})
     error = only_error(directory)
