@@ -47,6 +47,21 @@ def exact_regex(raw_text: str) -> str:
     )
 
 
+def forced_text(regex: str) -> str:
+    """The raw text an `exact_regex` regex matches (its escaping undone), e.g. for a report."""
+    unescape = {escaped[1]: char for char, escaped in _REGEX_ESCAPES.items()}
+    text, escaped = [], False
+    for char in regex:
+        if escaped:
+            text.append(unescape.get(char, char))
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        else:
+            text.append(char)
+    return "".join(text)
+
+
 def forcing_extra_body(raw_text: str) -> dict:
     """Request-body fields that force `raw_text` and ask for the generated token ids."""
     return {"structured_outputs": {"regex": exact_regex(raw_text)}, "return_token_ids": True}

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from conformance.forcing import (
     ForcingUnsupported,
     exact_regex,
+    forced_text,
     forcing_extra_body,
     probe_forcing,
     tokenize,
@@ -33,6 +34,11 @@ def test_the_regex_matches_exactly_the_raw_text(raw_text: str) -> None:
     assert pattern.fullmatch(raw_text)
     assert not pattern.fullmatch(raw_text + "x")
     assert not raw_text or not pattern.fullmatch(raw_text[:-1])
+
+
+@given(st.text(alphabet=st.characters(blacklist_characters="\x00")))
+def test_the_forced_text_is_read_back_from_its_regex(raw_text: str) -> None:
+    assert forced_text(exact_regex(raw_text)) == raw_text
 
 
 def test_a_nul_character_cannot_be_forced() -> None:

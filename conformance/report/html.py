@@ -11,6 +11,7 @@ from html import escape
 from typing import Any
 
 from conformance.checks import Message, read_stream, response_message
+from conformance.forcing import forced_text
 from conformance.report.stamp import stamp_lines
 from conformance.results import OUTCOMES, CaseResult, failed_findings, finding_counts, summarize
 from conformance.transcript import Transcript
@@ -48,21 +49,6 @@ def _pre(value: Any) -> str:
 
 def _anchor(result: CaseResult) -> str:
     return escape(f"{result.profile}-{result.name}-{result.repeat}")
-
-
-def _forced_text(regex: str) -> str:
-    """The raw text a `conformance.forcing.exact_regex` regex matches (its escaping undone)."""
-    unescape = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
-    text, escaped = [], False
-    for char in regex:
-        if escaped:
-            text.append(unescape.get(char, char))
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        else:
-            text.append(char)
-    return "".join(text)
 
 
 def _client_view(message: Message) -> dict[str, Any]:
@@ -105,7 +91,7 @@ def _transcript_section(transcript: Transcript | None) -> str:
     parts = []
     regex = (transcript.request.get("structured_outputs") or {}).get("regex") if transcript.forced else None
     if isinstance(regex, str):
-        parts += ["<h4>Forced output (the raw text the model was made to generate)</h4>", _pre(_forced_text(regex))]
+        parts += ["<h4>Forced output (the raw text the model was made to generate)</h4>", _pre(forced_text(regex))]
     parts += [f"<h4>Request ({escape(transcript.endpoint)}, {escape(transcript.mode)})</h4>", _pre(transcript.request)]
     status = transcript.status if transcript.status is not None else "none"
     parts.append(f"<p>HTTP status: {status}; duration {transcript.duration:.3f} s</p>")
