@@ -114,10 +114,12 @@ async def resolve_forcing(target: Target, cases: Sequence[Any], natural: bool) -
     return replace(target, can_force=True)
 
 
-def verify_forcing(target: Target, case: Any, transcript: Transcript, markers: Sequence[str]) -> list[str] | None:
+def verify_forcing(target: Target, case: Any, transcript: Transcript, markers: Sequence[str],
+                   marker_ids: dict[str, list[int]] | None = None) -> list[str] | None:
     """Problems with a forced output that came back (see `conformance.forcing.verify_forced_output`),
     checking that each of `markers` in the text was emitted as its single token; None when it cannot
-    be verified (no token ids, no tokenizer endpoints, an unreachable server, answers of another shape)."""
+    be verified (no token ids, no tokenizer endpoints, an unreachable server, answers of another shape).
+    `marker_ids` caches the markers' token ids for the run (one /tokenize per marker, not per answer)."""
     from conformance.checks import read_stream, response_message
     from conformance.forcing import ForcingUnsupported, token_ids_of, token_ids_of_stream, verify_forced_output
 
@@ -133,7 +135,7 @@ def verify_forcing(target: Target, case: Any, transcript: Transcript, markers: S
         limit and token_ids and len(token_ids) >= limit)
     try:
         return verify_forced_output(target.root_url, target.model, case.force, token_ids, markers,
-                                    api_key=target.api_key, truncated=truncated)
+                                    api_key=target.api_key, truncated=truncated, marker_ids=marker_ids)
     except (ForcingUnsupported, OSError, ValueError, LookupError, TypeError, AttributeError):
         return None
 
@@ -193,6 +195,7 @@ async def run_async(
     client = make_client(target)
     results: list[CaseResult] = []
     bar = _Progress(sum(len(case_modes(c)) for c in cases) * repeat, progress)
+    marker_ids: dict[str, list[int]] = {}  # this server's marker token ids, asked once per run
 
     async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
         forcing, skip = _forcing_for(case, target, natural)
@@ -203,8 +206,8 @@ async def run_async(
                 transcript = await send(client, target, case, mode, forcing=forcing, natural=natural,
                                         repeat=repeat_index)
                 if forcing is not None and transcript.status == 200 and case.endpoint == "chat":
-                    transcript.forcing_problems = await asyncio.to_thread(verify_forcing, target, case, transcript,
-                                                                           markers)
+                    transcript.forcing_problems = await asyncio.to_thread(
+                        verify_forcing, target, case, transcript, markers, marker_ids)
         if writers:
             writers[0].write(transcript.to_dict())
         return transcript

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 
 DEFAULT_MARKERS: tuple[str, ...] = ("<think>", "</think>", "<tool_call>", "</tool_call>")
 PROBE_TEXT = "<think>\nok\n</think>\n\nok"
@@ -94,9 +94,11 @@ def verify_forced_output(
     markers: Sequence[str] = DEFAULT_MARKERS,
     api_key: str | None = None,
     truncated: bool = False,
+    marker_ids: MutableMapping[str, list[int]] | None = None,
 ) -> list[str]:
     """Problems with a forced output (empty list: the text is exact and canonically tokenized).
     `truncated`: generation stopped early (finish_reason `length`), so a prefix of the text is right.
+    `marker_ids`: a cache of the markers' token ids for one server (filled as they are asked for).
 
     Raises ForcingUnsupported when the server returned no token ids or has no tokenizer endpoints.
     """
@@ -109,19 +111,22 @@ def verify_forced_output(
     elif decoded != raw_text and not (token_ids and detokenize(root_url, model, token_ids[:-1], api_key) == raw_text):
         expected = "a prefix of " if truncated else ""
         problems.append(f"the output is not {expected}the forced text: expected {raw_text!r}, got {decoded!r}")
+    known = marker_ids if marker_ids is not None else {}
     for marker in markers:
         occurrences = raw_text.count(marker)
         if not occurrences:
             continue
-        marker_ids = tokenize(root_url, model, marker, api_key)
-        if len(marker_ids) != 1:
-            problems.append(f"marker {marker!r} is not a single token in this tokenizer: {marker_ids}")
+        ids = known.get(marker)
+        if ids is None:
+            ids = known[marker] = tokenize(root_url, model, marker, api_key)
+        if len(ids) != 1:
+            problems.append(f"marker {marker!r} is not a single token in this tokenizer: {ids}")
             continue
-        emitted = list(token_ids).count(marker_ids[0])
+        emitted = list(token_ids).count(ids[0])
         if emitted != occurrences:
             problems.append(
                 f"marker {marker!r} occurs {occurrences} time(s) in the text but its token "
-                f"{marker_ids[0]} was emitted {emitted} time(s): the engine spelled it with other tokens"
+                f"{ids[0]} was emitted {emitted} time(s): the engine spelled it with other tokens"
             )
     return problems
 

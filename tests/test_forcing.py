@@ -182,3 +182,15 @@ def test_without_enable_in_reasoning_vllm_does_not_force_and_the_probe_says_so(t
     with launch("hf", tiny_checkpoint, extra_args=unconstrained_reasoning, log_dir=tmp_path) as server:
         with pytest.raises(ForcingUnsupported, match="enable_in_reasoning.*the output is not the forced text"):
             probe_forcing(server.root_url, server.model)
+
+
+def test_known_marker_ids_are_not_asked_for_again(fake_server) -> None:
+    url, routes = fake_server
+    routes["/detokenize"] = (200, {"prompt": "<think>x"})
+    with pytest.raises(ForcingUnsupported, match="no tokenize endpoint"):  # nothing known: it must ask
+        verify_forced_output(url, "m", "<think>x", [7, 8])
+    assert verify_forced_output(url, "m", "<think>x", [7, 8], marker_ids={"<think>": [7]}) == []
+    routes["/tokenize"] = (200, {"tokens": [7]})
+    cache: dict[str, list[int]] = {}
+    assert verify_forced_output(url, "m", "<think>x", [7, 8], marker_ids=cache) == []
+    assert cache == {"<think>": [7]}
