@@ -310,3 +310,32 @@ def test_a_full_disk_stops_the_run_at_once_and_keeps_what_was_written(cases, tmp
             run(chosen, target, tmp_path)
         assert time.monotonic() - started < 3  # the stalled request was cancelled, not waited for
     assert {t.case_id for t in read_transcripts(tmp_path / "transcripts.jsonl")} >= {"ok"}
+
+
+def test_an_interrupted_run_still_reports_what_it_had_judged(cases_dir, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    with fake_server(stall_seconds=60) as server:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "conformance", "run", "--base-url", server.base_url, "--model", "fake",
+             "--profile", "hf", "--cases", str(cases_dir), "--forcing", "trust", "--case", "ok",
+             "--case", "stall", "--out", str(out), "--timeout", "60"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait until `ok` is judged and `stall` hangs
+            results = out / "results.jsonl"
+            if results.is_file() and len(results.read_text().splitlines()) == 2:
+                break
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=30)
+    assert process.returncode == 2, stderr
+    assert "interrupted after 2 of 4 results" in stderr
+    report = (out / "report.md").read_text()
+    assert "interrupted after 2 of 4 results" in report and "2 results: 2 pass" in report
+    assert (out / "report.html").is_file() and (out / "junit.xml").is_file()

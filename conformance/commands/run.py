@@ -108,19 +108,42 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out_dir: Path,
                     args: argparse.Namespace) -> int:
+    from conformance.engine import case_modes
     from conformance.engine import run as run_engine
     from conformance.engine import write_reports
     from conformance.transcript import TRANSCRIPTS_FILE, read_transcripts
 
-    output = run_engine(
-        cases, target, out_dir, concurrency=args.concurrency, repeat=args.repeat, natural=args.natural,
-        markers=markers, progress=True,
-    )  # fmt: skip
+    try:
+        output = run_engine(
+            cases, target, out_dir, concurrency=args.concurrency, repeat=args.repeat, natural=args.natural,
+            markers=markers, progress=True,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        return _report_interrupted_run(out_dir, expected=sum(len(case_modes(c)) for c in cases) * args.repeat)
     paths = write_reports(out_dir, output.results, output.stamp, read_transcripts(out_dir / TRANSCRIPTS_FILE))
     print(output.summary.line())
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return output.summary.exit_code
+
+
+def _report_interrupted_run(out_dir: Path, expected: int) -> int:
+    """Reports from what an interrupted run had already written (results are flushed as judged)."""
+    from conformance.engine import write_reports
+    from conformance.report.stamp import make_stamp
+    from conformance.results import RESULTS_FILE, read_results
+    from conformance.transcript import TRANSCRIPTS_FILE, read_transcripts
+
+    transcripts = read_transcripts(out_dir / TRANSCRIPTS_FILE)
+    results = read_results(out_dir / RESULTS_FILE)
+    print(f"interrupted after {len(results)} of {expected} results", file=sys.stderr)
+    if not transcripts:
+        return exit_codes.ERROR
+    stamp = make_stamp(transcripts[0].server.__dict__, transcripts[0].started_at or None,
+                       completion=f"interrupted after {len(results)} of {expected} results")
+    for kind, path in write_reports(out_dir, results, stamp, transcripts).items():
+        print(f"{kind} (partial): {path}")
+    return exit_codes.ERROR
 
 
 class TargetError(Exception):

@@ -16,12 +16,13 @@ STAMP_FIELDS = (
     ("server_args", "server flags"),
     ("recorded_at", "recorded"),
     ("time", "report time"),
+    ("completion", "run"),
 )
 
 
-def make_stamp(server: Mapping[str, Any], recorded_at: str | None = None) -> dict[str, Any]:
+def make_stamp(server: Mapping[str, Any], recorded_at: str | None = None, completion: str = "complete") -> dict[str, Any]:
     """A report stamp from a `ServerStamp` (as a dict) or anything with the same keys; `recorded_at`
-    is when the transcripts were recorded (default: now)."""
+    is when the transcripts were recorded (default: now); `completion` says whether the run finished."""
     from conformance import __version__
 
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -35,6 +36,7 @@ def make_stamp(server: Mapping[str, Any], recorded_at: str | None = None) -> dic
         "server_args": list(server.get("args") or ()),
         "recorded_at": recorded_at or now,
         "time": now,
+        "completion": completion,
     }
 
 
