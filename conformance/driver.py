@@ -73,13 +73,13 @@ def make_client(target: Target):
 
 async def fetch_server_version(target: Target) -> str | None:
     """vLLM answers GET /version with {"version": "..."}; None when the server has no such route."""
-    import httpx
+    import httpx2
 
     try:
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with httpx2.AsyncClient(timeout=10) as http:
             reply = await http.get(f"{target.root_url}/version")
         return str(reply.json()["version"]) if reply.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+    except (httpx2.HTTPError, ValueError, KeyError, TypeError):
         return None
 
 
@@ -119,10 +119,10 @@ def _body_of(raw: bytes | str) -> Any:
 
 
 def _describe(exc: BaseException, timeout: float) -> str:
-    import httpx
+    import httpx2
     import openai
 
-    if isinstance(exc, (TimeoutError, openai.APITimeoutError, httpx.TimeoutException)):
+    if isinstance(exc, (TimeoutError, openai.APITimeoutError, httpx2.TimeoutException)):
         return f"timeout: no complete response within {timeout:g}s ({type(exc).__name__})"
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc
