@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from conformance import exit_codes
+from conformance.commands import add_verb
 from conformance.hub import DEFAULT_WORKERS
 
 DEFAULT_LIST = Path("checkpoints.yaml")
@@ -30,9 +31,8 @@ report cannot be written.
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "audit", help="check response_template metadata and predict vLLM 0.32 hf parser startup",
-        description=DESCRIPTION, epilog=exit_codes.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = add_verb(
+        subparsers, "audit", "check response_template metadata and predict vLLM 0.32 hf parser startup", DESCRIPTION
     )
     parser.add_argument("checkpoints", nargs="*", metavar="REPO[@REVISION]",
                         help="Hub checkpoints to audit (revision defaults to main, which gets a warning)")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from conformance import exit_codes
+from conformance.commands import add_verb
 
 CHECK_DESCRIPTION = """\
 Validate every *.yaml file of a case directory (default: the shipped suite; DIR/tools.yaml holds
@@ -30,19 +31,12 @@ example:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "cases",
-        help="work with case files (check)",
-        description="Case files: the data that `conformance run` sends.",
-        epilog=exit_codes.EPILOG,
+    parser = add_verb(
+        subparsers, "cases", "work with case files (check)", "Case files: the data that `conformance run` sends."
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    check = actions.add_parser(
-        "check",
-        help="validate case files (schema, features, ids, descriptions, tools, profiles)",
-        description=CHECK_DESCRIPTION,
-        epilog=exit_codes.EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    check = add_verb(
+        actions, "check", "validate case files (schema, features, ids, descriptions, tools, profiles)", CHECK_DESCRIPTION
     )
     check.add_argument("directory", metavar="DIR", nargs="?", type=Path,
                        help="case directory (default: the shipped cases/)")  # fmt: skip

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from conformance import exit_codes
+from conformance.commands import add_verb
 
 DESCRIPTION = """\
 Write the tiny deterministic checkpoint that real vLLM serves in this project's tests: a Qwen3
@@ -26,20 +27,11 @@ variants:
 def register(subparsers: argparse._SubParsersAction) -> None:
     from conformance.fixture import VARIANTS
 
-    parser = subparsers.add_parser(
-        "fixture",
-        help="build the tiny test checkpoint",
-        description="Tiny test checkpoints for real vLLM.",
-        epilog=exit_codes.EPILOG,
+    parser = add_verb(
+        subparsers, "fixture", "build the tiny test checkpoint", "Tiny test checkpoints for real vLLM."
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    build = actions.add_parser(
-        "build",
-        help="write the tiny checkpoint into DIR",
-        description=DESCRIPTION,
-        epilog=exit_codes.EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    build = add_verb(actions, "build", "write the tiny checkpoint into DIR", DESCRIPTION)
     build.add_argument("directory", metavar="DIR", type=Path, help="output directory (created; files replaced)")
     build.add_argument("--variant", choices=VARIANTS, default="full", help="which checkpoint (default: full)")
     build.set_defaults(func=run_build)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from conformance import exit_codes
+from conformance.commands import add_verb
 
 DESCRIPTION = """\
 Re-judge the transcripts of an earlier `conformance run` against the current case definitions and
@@ -21,12 +22,8 @@ example:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "recheck",
-        help="re-judge a recorded transcripts.jsonl offline and write reports",
-        description=DESCRIPTION,
-        epilog=exit_codes.EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = add_verb(
+        subparsers, "recheck", "re-judge a recorded transcripts.jsonl offline and write reports", DESCRIPTION
     )
     parser.add_argument("transcripts", type=Path, metavar="TRANSCRIPTS.jsonl", help="a run's transcripts file")
     parser.add_argument("--cases", type=Path, metavar="DIR", help="case directory (default: the shipped cases/)")

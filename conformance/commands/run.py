@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import exit_codes
+from conformance.commands import add_verb
 from conformance.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
 
 DESCRIPTION = """\
@@ -35,12 +36,8 @@ examples:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "run",
-        help="run the case set against a live server and write transcripts and reports",
-        description=DESCRIPTION,
-        epilog=exit_codes.EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = add_verb(
+        subparsers, "run", "run the case set against a live server and write transcripts and reports", DESCRIPTION
     )
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--base-url", metavar="URL", help="server to attach to, ending in /v1 (needs --model and --profile)")

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from conformance import exit_codes
+from conformance.commands import add_verb
 
 DESCRIPTION = """\
 Start real vLLM (python -m vllm.entrypoints.openai.api_server) for one profile, wait until it is
@@ -29,13 +30,7 @@ example:
 def register(subparsers: argparse._SubParsersAction) -> None:
     from conformance.server import PROFILES
 
-    parser = subparsers.add_parser(
-        "serve",
-        help="run real vLLM with a profile's parser flags",
-        description=DESCRIPTION,
-        epilog=exit_codes.EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_verb(subparsers, "serve", "run real vLLM with a profile's parser flags", DESCRIPTION)
     parser.add_argument("--profile", required=True, choices=sorted(PROFILES), help="parser configuration")
     parser.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo id")
     parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
