@@ -516,22 +516,26 @@ def check_marker_leaks(message: Message, expected: Mapping[str, Any] | None, mar
     return Check("marker_leak", PASS)
 
 
+def _compare_views(name: str, kind: str, expected: Mapping[str, Any], actual: Mapping[str, Any], differs: str,
+                   same: str = "") -> Check:
+    """Fail with the differing keys (expected vs actual, those keys only) unless `actual` matches `expected`
+    on every key of `expected`."""
+    differing = [key for key in expected if actual.get(key) != expected[key]]
+    if differing:
+        return Check(name, FAIL, kind, reason=differs + ", ".join(differing),
+                     expected={key: expected[key] for key in differing},
+                     actual={key: actual.get(key) for key in differing})
+    return Check(name, PASS, kind, reason=same)
+
+
 def check_stream_equals_non_stream(
     stream: Message, non_stream: Message, skip_fields: set[str]
 ) -> Check:
     fields = [f for f in MESSAGE_FIELDS + ("finish_reason",) if f not in skip_fields]
-    streamed, whole = message_view(stream, fields), message_view(non_stream, fields)
-    differing = [f for f in fields if streamed[f] != whole[f]]
-    if differing:
-        return Check(
-            "stream_equals_non_stream",
-            FAIL,
-            reason="reassembled stream differs from the non-streaming message in " + ", ".join(differing),
-            expected={f: whole[f] for f in differing},
-            actual={f: streamed[f] for f in differing},
-        )
     suffix = f" (known differences skipped: {', '.join(sorted(skip_fields))})" if skip_fields else ""
-    return Check("stream_equals_non_stream", PASS, reason="same message" + suffix)
+    return _compare_views("stream_equals_non_stream", CONTRACT, message_view(non_stream, fields),
+                          message_view(stream, fields),
+                          "reassembled stream differs from the non-streaming message in ", "same message" + suffix)
 
 
 def finding_forced_output(transcript: Transcript) -> Check:
@@ -608,18 +612,8 @@ def finding_client_replay(transcript: Transcript, ours: Message) -> Check:
         replayed = replay(transcript)
     except Exception as exc:  # the point is to report how the real client breaks
         return Check("client_replay", FAIL, FINDING, reason=f"openai client raised {type(exc).__name__}: {exc}"[:400])
-    theirs, mine = message_view(replayed), message_view(ours)
-    differing = [key for key in mine if theirs[key] != mine[key]]
-    if differing:
-        return Check(
-            "client_replay",
-            FAIL,
-            FINDING,
-            reason="openai client rebuilds a different message: " + ", ".join(differing),
-            expected={k: mine[k] for k in differing},
-            actual={k: theirs[k] for k in differing},
-        )
-    return Check("client_replay", PASS, FINDING, reason="openai client rebuilds the same message")
+    return _compare_views("client_replay", FINDING, message_view(ours), message_view(replayed),
+                          "openai client rebuilds a different message: ", "openai client rebuilds the same message")
 
 
 def check_expected_error(transcript: Transcript, expected_error: Any) -> Check:
@@ -642,19 +636,9 @@ def check_expected_error(transcript: Transcript, expected_error: Any) -> Check:
 
 
 def check_expected_message(actual: Message, expected: Mapping[str, Any]) -> Check:
-    mine = message_view(actual)
     want = {k: v for k, v in expected.items() if not (k == "finish_reason" and v is None)}
-    differing = [key for key in want if mine.get(key) != want[key]]
-    if differing:
-        return Check(
-            "expected_message",
-            FAIL,
-            EXPECTATION,
-            reason="differs from the expected message in " + ", ".join(differing),
-            expected={k: want[k] for k in differing},
-            actual={k: mine.get(k) for k in differing},
-        )
-    return Check("expected_message", PASS, EXPECTATION)
+    return _compare_views("expected_message", EXPECTATION, want, message_view(actual),
+                          "differs from the expected message in ")
 
 
 def check_expected_streaming(reading: StreamReading, expected: str) -> Check:
