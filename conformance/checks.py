@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.fixture import MARKER_TOKENS
 from conformance.transcript import Transcript
 
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
@@ -28,7 +29,7 @@ CONTRACT, EXPECTATION, SCHEMA, FINDING = "contract", "expectation", "schema", "f
 BLOCKING_KINDS = (CONTRACT, EXPECTATION)
 
 # Qwen3/Hermes delimiters: the markers checked when the served checkpoint's template is unknown.
-DEFAULT_MARKERS: tuple[str, ...] = ("<think>", "</think>", "<tool_call>", "</tool_call>")
+DEFAULT_MARKERS = MARKER_TOKENS
 MESSAGE_FIELDS = ("reasoning", "content", "tool_calls")
 REASONING_KEYS = ("reasoning", "reasoning_content")
 RESPONSES_TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")

@@ -27,7 +27,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, MutableMapping, Sequence
 
-DEFAULT_MARKERS: tuple[str, ...] = ("<think>", "</think>", "<tool_call>", "</tool_call>")
+from conformance.fixture import MARKER_TOKENS
+
+DEFAULT_MARKERS = MARKER_TOKENS  # the Qwen3/Hermes delimiters the tiny checkpoint uses too
 PROBE_TEXT = "<think>\nok\n</think>\n\nok"
 
 _REGEX_SPECIAL = set("\\.^$|?*+()[]{}-")
