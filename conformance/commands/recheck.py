@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from conformance.cases import CaseFileError, load_suite
     from conformance.engine import CheckpointError, markers_for_checkpoint, recheck, write_reports
     from conformance.report.jsonl import write_results
-    from conformance.report.stamp import make_stamp
+    from conformance.report.stamp import stamp_of_recording
     from conformance.results import RESULTS_FILE, summarize
     from conformance.transcript import TranscriptError, read_transcripts
 
@@ -55,9 +55,7 @@ def run(args: argparse.Namespace) -> int:
     out_dir = args.out or args.transcripts.parent / "recheck"
     out_dir.mkdir(parents=True, exist_ok=True)
     write_results(out_dir / RESULTS_FILE, results)
-    recorded = min((t.started_at for t in transcripts if t.started_at), default=None)
-    stamp = make_stamp(transcripts[0].server.__dict__, recorded_at=recorded)
-    paths = write_reports(out_dir, results, stamp, transcripts)
+    paths = write_reports(out_dir, results, stamp_of_recording(transcripts), transcripts)
     summary = summarize(results)
     print(summary.line())
     for kind, path in {"results": out_dir / RESULTS_FILE, **paths}.items():

@@ -127,7 +127,7 @@ def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out
 def _report_interrupted_run(out_dir: Path, expected: int) -> int:
     """Reports from what an interrupted run had already written (results are flushed as judged)."""
     from conformance.engine import write_reports
-    from conformance.report.stamp import make_stamp
+    from conformance.report.stamp import stamp_of_recording
     from conformance.results import RESULTS_FILE, read_results
     from conformance.transcript import TRANSCRIPTS_FILE, read_transcripts
 
@@ -136,8 +136,7 @@ def _report_interrupted_run(out_dir: Path, expected: int) -> int:
     print(f"interrupted after {len(results)} of {expected} results", file=sys.stderr)
     if not transcripts:
         return exit_codes.ERROR
-    stamp = make_stamp(transcripts[0].server.__dict__, transcripts[0].started_at or None,
-                       completion=f"interrupted after {len(results)} of {expected} results")
+    stamp = stamp_of_recording(transcripts, completion=f"interrupted after {len(results)} of {expected} results")
     for kind, path in write_reports(out_dir, results, stamp, transcripts).items():
         print(f"{kind} (partial): {path}")
     return exit_codes.ERROR

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -38,6 +38,12 @@ def make_stamp(server: Mapping[str, Any], recorded_at: str | None = None, comple
         "time": now,
         "completion": completion,
     }
+
+
+def stamp_of_recording(transcripts: Sequence[Any], completion: str = "complete") -> dict[str, Any]:
+    """The stamp of a recorded run (non-empty `Transcript`s): its server, and when its first request started."""
+    recorded = min((t.started_at for t in transcripts if t.started_at), default=None)
+    return make_stamp(transcripts[0].server.__dict__, recorded_at=recorded, completion=completion)
 
 
 def stamp_lines(stamp: Mapping[str, Any]) -> list[tuple[str, str]]:
