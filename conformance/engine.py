@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from conformance.cases import MODES
 from conformance.checks import DEFAULT_MARKERS, Check, judge, template_markers
 from conformance.driver import DEFAULT_CONCURRENCY, Target, fetch_server_version, make_client, request_body, send
 from conformance.report.stamp import make_stamp
 from conformance.results import RESULTS_FILE, CaseResult, Summary, make_result, summarize
 from conformance.transcript import (
-    MODES,
     TRANSCRIPTS_FILE,
     JsonLinesWriter,
     Transcript,

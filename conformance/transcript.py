@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-MODES = ("non-stream", "stream")
+from conformance.cases import MODES
+
 TRANSCRIPTS_FILE = "transcripts.jsonl"
 
 
