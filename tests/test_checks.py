@@ -503,17 +503,17 @@ def test_responses_streams_are_replayed_through_the_openai_client_too():
         {"type": "response.completed", "response": final},
     ]  # fmt: skip
     stream = stream_transcript(events, done=False, endpoint="responses")
-    check = finding_client_replay(stream, read_stream(stream).message)
+    check = finding_client_replay(stream, read_stream(stream))
     assert (check.outcome, check.reason) == ("pass", "openai client rebuilds the same message")
     # the final response disagrees with the deltas: the client (which keeps the final one) sees other arguments
     changed = {**final, "output": [final["output"][0], {**final["output"][1], "arguments": '{"city": "B"}'}]}
     stream = stream_transcript(events[:-1] + [{"type": "response.completed", "response": changed}], done=False,
                                endpoint="responses")
-    check = finding_client_replay(stream, read_stream(stream).message)
+    check = finding_client_replay(stream, read_stream(stream))
     assert (check.outcome, check.actual) == ("fail", {"tool_calls": [
         {"name": "get_weather", "arguments": {"json": {"city": "B"}}}]})
     # an incomplete response: client.responses.stream().get_final_response() raises
     incomplete = stream_transcript(events[:-1] + [{"type": "response.incomplete", "response": {
         **final, "status": "incomplete"}}], done=False, endpoint="responses")
-    check = finding_client_replay(incomplete, read_stream(incomplete).message)
+    check = finding_client_replay(incomplete, read_stream(incomplete))
     assert check.outcome == "fail" and "Didn't receive a `response.completed` event" in check.reason

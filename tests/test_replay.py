@@ -1,0 +1,147 @@
+"""Client replay builds SDK objects faster than openai-python does, and must build the same ones.
+
+`conformance.checks.sdk_object` takes pydantic-core's strict validation where a value fits the type
+exactly and openai-python's own `construct_type` otherwise. These properties hold it to the SDK:
+for generated chunks and events (well-formed, vLLM-extended and broken), the objects are identical
+down to types, `model_fields_set` and extras, and a whole replay ends the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from engine_helpers import stream_transcript
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from openai._models import construct_type
+from openai.types.chat import ChatCompletionChunk
+from openai.types.responses import ResponseStreamEvent
+from pydantic import BaseModel
+
+from conformance import checks
+from conformance.checks import read_stream, replay_with_openai_client, sdk_object
+
+
+def object_state(value: Any) -> Any:
+    """Everything that tells two built objects apart: types, values, fields set, extras."""
+    if isinstance(value, BaseModel):
+        return (
+            type(value),
+            {name: object_state(item) for name, item in value.__dict__.items()},
+            frozenset(value.model_fields_set),
+            object_state(value.__pydantic_extra__),
+            value.__pydantic_private__,
+        )
+    if isinstance(value, list):
+        return [object_state(item) for item in value]
+    if isinstance(value, dict):
+        return {key: object_state(item) for key, item in value.items()}
+    return (type(value), value)
+
+
+text = st.text(max_size=12)
+junk = st.one_of(st.none(), st.integers(-3, 3), st.booleans(), text, st.lists(st.integers(0, 9), max_size=2),
+                 st.dictionaries(st.sampled_from(["a", "index"]), st.integers(0, 3), max_size=2))
+
+
+def sometimes(strategy: st.SearchStrategy) -> st.SearchStrategy:
+    """Mostly the well-formed value, one time in ten a value of the wrong type."""
+    return st.integers(0, 9).flatmap(lambda roll: junk if roll == 0 else strategy)
+
+
+function = st.fixed_dictionaries({}, optional={"name": sometimes(st.one_of(st.none(), text)),
+                                               "arguments": sometimes(st.one_of(st.none(), text))})
+tool_call = st.fixed_dictionaries(
+    {"index": sometimes(st.integers(0, 3))},
+    optional={"id": sometimes(text), "type": sometimes(st.just("function")), "function": sometimes(function)},
+)
+delta = st.fixed_dictionaries({}, optional={
+    "role": sometimes(st.sampled_from(["assistant", "user"])),
+    "content": sometimes(st.one_of(st.none(), text)),
+    "reasoning": text,  # vLLM's field, not the SDK's: an extra
+    "reasoning_content": st.one_of(st.none(), text),
+    "tool_calls": sometimes(st.lists(tool_call, max_size=3)),
+})
+choice = st.fixed_dictionaries(
+    {"index": sometimes(st.integers(0, 1)), "delta": sometimes(delta)},
+    optional={
+        "finish_reason": sometimes(st.sampled_from([None, "stop", "length", "tool_calls", "content_filter"])),
+        "logprobs": st.none(),
+        "token_ids": st.lists(st.integers(0, 500), max_size=4),  # vLLM's return_token_ids
+    },
+)
+usage = st.fixed_dictionaries({"prompt_tokens": sometimes(st.integers(0, 99)),
+                               "completion_tokens": st.integers(0, 99), "total_tokens": st.integers(0, 99)})
+chunk = st.fixed_dictionaries(
+    {"id": sometimes(text), "object": sometimes(st.just("chat.completion.chunk")),
+     "created": sometimes(st.integers(0, 2**31)), "model": text, "choices": sometimes(st.lists(choice, max_size=2))},
+    optional={"usage": st.one_of(st.none(), usage), "prompt_token_ids": st.lists(st.integers(0, 500), max_size=4),
+              "prompt_text": st.none(), "system_fingerprint": st.one_of(st.none(), text)},
+)
+
+item = st.one_of(
+    st.fixed_dictionaries({"type": st.just("function_call"), "id": sometimes(text), "call_id": text,
+                           "name": sometimes(text), "arguments": text},
+                          optional={"status": st.sampled_from(["in_progress", "completed"])}),
+    st.fixed_dictionaries({"type": st.just("message"), "id": text, "role": st.just("assistant"),
+                           "status": st.just("in_progress"), "content": st.just([])}),
+    st.fixed_dictionaries({"type": st.just("reasoning"), "id": text, "summary": st.just([])},
+                          optional={"content": st.lists(st.fixed_dictionaries(
+                              {"type": st.just("reasoning_text"), "text": text}), max_size=2)}),
+)
+event = st.one_of(
+    st.fixed_dictionaries({"type": st.just("response.output_text.delta"), "item_id": text,
+                           "output_index": sometimes(st.integers(0, 2)), "content_index": st.integers(0, 2),
+                           "delta": sometimes(text), "sequence_number": st.integers(0, 99)},
+                          optional={"logprobs": st.just([])}),
+    st.fixed_dictionaries({"type": st.just("response.function_call_arguments.delta"), "item_id": text,
+                           "output_index": st.integers(0, 2), "delta": text,
+                           "sequence_number": sometimes(st.integers(0, 99))}),
+    st.fixed_dictionaries({"type": st.just("response.output_item.added"), "output_index": st.integers(0, 2),
+                           "item": sometimes(item), "sequence_number": st.integers(0, 99)}),
+    st.fixed_dictionaries({"type": sometimes(st.just("response.not_an_event")), "sequence_number": junk}),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(chunk)
+def test_a_chunk_is_built_as_the_sdk_builds_it(value: dict) -> None:
+    expected = construct_type(type_=ChatCompletionChunk, value=value)
+    assert object_state(sdk_object(ChatCompletionChunk, value)) == object_state(expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(event)
+def test_a_responses_event_is_built_as_the_sdk_builds_it(value: dict) -> None:
+    expected = construct_type(type_=ResponseStreamEvent, value=value)
+    assert object_state(sdk_object(ResponseStreamEvent, value)) == object_state(expected)
+
+
+def replay_outcome(chunks: list[dict]) -> Any:
+    reading = replace(read_stream(stream_transcript([])), chunks=chunks)  # only the chunks are replayed
+    try:
+        return replay_with_openai_client(reading, [])
+    except Exception as exc:
+        return type(exc), str(exc)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(chunk, min_size=1, max_size=5))
+def test_a_replay_ends_as_it_ends_with_the_sdks_own_builder(chunks: list[dict]) -> None:
+    fast = replay_outcome(chunks)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checks, "sdk_object", lambda type_, value: construct_type(type_=type_, value=value))
+        slow = replay_outcome(chunks)
+    assert fast == slow
+
+
+def test_the_strict_path_is_taken_for_a_well_formed_chunk_and_not_for_a_coercible_one() -> None:
+    well_formed = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                   "choices": [{"index": 0, "delta": {"content": "hi", "reasoning": "r"}, "finish_reason": None}]}
+    built = sdk_object(ChatCompletionChunk, well_formed)
+    assert built.choices[0].delta.content == "hi" and built.choices[0].delta.model_fields_set == {"content"}
+    # pydantic in lax mode would turn "0" into 0; the SDK keeps the string, and so do we
+    coercible = {**well_formed, "choices": [{**well_formed["choices"][0], "index": "0"}]}
+    assert sdk_object(ChatCompletionChunk, coercible).choices[0].index == "0"
