@@ -7,13 +7,12 @@ client's `extra_body`, streaming or not. The server needs `--structured-outputs-
 '{"enable_in_reasoning": true}'` (our launcher sets it), otherwise the regex only applies after
 reasoning ends.
 
-A regex fixes the text, not the tokens. `verify_forced_output(root_url, model, raw_text, token_ids)`
-checks, through the server's own `/tokenize` and `/detokenize` endpoints, that the returned ids
-decode to `raw_text` (a trailing stop token is allowed) and that every marker occurring in the text
-(`<think>`, `</tool_call>`, ...) is a single token and was emitted as that token each time. It
-returns the list of problems (empty: canonical) so callers can record them. `token_ids_of(response)`
-and `token_ids_of_stream(chunks)` collect the ids from a response / from stream chunks (JSON dicts);
-`tokenize` / `detokenize` call the server's tokenizer endpoints.
+A regex fixes the text, not the tokens. `verify_forced_output(tokenizer, raw_text, token_ids)`
+checks, through the server's own `/tokenize` and `/detokenize` endpoints (`ServerTokenizer`), that
+the returned ids decode to `raw_text` (a trailing stop token is allowed) and that every marker
+occurring in the text (`<think>`, `</tool_call>`, ...) is a single token and was emitted as that
+token each time. It returns the list of problems (empty: canonical) so callers can record them. `token_ids_of(response)`
+and `token_ids_of_stream(chunks)` collect the ids from a response / from stream chunks (JSON dicts).
 
 `ForcingUnsupported` says why a server cannot force (no `token_ids` returned, request refused,
 text not honoured): the case is then skipped with that reason, never passed.
@@ -25,7 +24,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, MutableMapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from conformance.fixture import MARKER_TOKENS
 
@@ -88,39 +87,66 @@ def token_ids_of_stream(chunks: Iterable[dict], choice: int = 0) -> list[int] | 
     return collected
 
 
+class ServerTokenizer:
+    """A server's own tokenizer through its `/tokenize` and `/detokenize` endpoints (vLLM's), every
+    answer remembered: within a run each marker is asked for once, and answers that came back with
+    the same token ids (the stream and non-stream of one case, usually) are decoded once.
+    Safe to share between threads (a race only asks twice)."""
+
+    def __init__(self, root_url: str, model: str, api_key: str | None = None) -> None:
+        self.root_url, self.model, self.api_key = root_url, model, api_key
+        self._token_ids: dict[str, list[int]] = {}
+        self._texts: dict[tuple[int, ...], str] = {}
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of `text` (no special tokens added)."""
+        if text not in self._token_ids:
+            body = {"model": self.model, "prompt": text, "add_special_tokens": False}
+            self._token_ids[text] = list(self._endpoint("/tokenize", body)["tokens"])
+        return self._token_ids[text]
+
+    def detokenize(self, token_ids: Sequence[int]) -> str:
+        """Text of `token_ids`."""
+        key = tuple(token_ids)
+        if key not in self._texts:
+            self._texts[key] = self._endpoint("/detokenize", {"model": self.model, "tokens": list(key)})["prompt"]
+        return self._texts[key]
+
+    def _endpoint(self, path: str, body: dict) -> dict:
+        try:
+            return _post_json(self.root_url + path, body, 60, self.api_key)
+        except urllib.error.HTTPError as error:
+            if error.code in (404, 405):
+                raise ForcingUnsupported(f"the server has no {path[1:]} endpoint to verify tokens") from error
+            raise
+
+
 def verify_forced_output(
-    root_url: str,
-    model: str,
+    tokenizer: ServerTokenizer,
     raw_text: str,
     token_ids: Sequence[int] | None,
     markers: Sequence[str] = DEFAULT_MARKERS,
-    api_key: str | None = None,
     truncated: bool = False,
-    marker_ids: MutableMapping[str, list[int]] | None = None,
 ) -> list[str]:
     """Problems with a forced output (empty list: the text is exact and canonically tokenized).
     `truncated`: generation stopped early (finish_reason `length`), so a prefix of the text is right.
-    `marker_ids`: a cache of the markers' token ids for one server (filled as they are asked for).
 
     Raises ForcingUnsupported when the server returned no token ids or has no tokenizer endpoints.
     """
     if token_ids is None:
         raise ForcingUnsupported("the server returned no token_ids (it does not support vLLM's return_token_ids)")
     problems: list[str] = []
-    decoded = detokenize(root_url, model, token_ids, api_key)
+    decoded = tokenizer.detokenize(token_ids)
     if truncated and raw_text.startswith(decoded):
         raw_text = decoded  # the markers to find are those of the part that was generated
-    elif decoded != raw_text and not (token_ids and detokenize(root_url, model, token_ids[:-1], api_key) == raw_text):
+    elif decoded != raw_text and not (token_ids and tokenizer.detokenize(token_ids[:-1]) == raw_text):
         expected = "a prefix of " if truncated else ""
         problems.append(f"the output is not {expected}the forced text: expected {raw_text!r}, got {decoded!r}")
-    known = marker_ids if marker_ids is not None else {}
     for marker in markers:
         occurrences = raw_text.count(marker)
         if not occurrences:
             continue
-        ids = known.get(marker)
-        if ids is None:
-            ids = known[marker] = tokenize(root_url, model, marker, api_key)
+        ids = tokenizer.tokenize(marker)
         if len(ids) != 1:
             problems.append(f"marker {marker!r} is not a single token in this tokenizer: {ids}")
             continue
@@ -147,33 +173,12 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str 
     except urllib.error.HTTPError as error:
         detail = error.read().decode("utf-8", errors="replace")[:500]
         raise ForcingUnsupported(f"the server refused a forced request: HTTP {error.code} {detail}") from error
-    problems = verify_forced_output(root_url, model, PROBE_TEXT, token_ids_of(response), api_key=api_key)
+    problems = verify_forced_output(ServerTokenizer(root_url, model, api_key), PROBE_TEXT, token_ids_of(response))
     if problems:
         raise ForcingUnsupported(
             "the server did not honour a forced output (a vLLM server with a reasoning parser needs "
             """--structured-outputs-config '{"enable_in_reasoning": true}'): """ + "; ".join(problems)
         )
-
-
-def tokenize(root_url: str, model: str, text: str, api_key: str | None = None) -> list[int]:
-    """Token ids of `text` from the server's own tokenizer (no special tokens added)."""
-    body = {"model": model, "prompt": text, "add_special_tokens": False}
-    return list(_tokenizer_endpoint(root_url + "/tokenize", body, api_key)["tokens"])
-
-
-def detokenize(root_url: str, model: str, token_ids: Sequence[int], api_key: str | None = None) -> str:
-    """Text of `token_ids` from the server's own tokenizer."""
-    body = {"model": model, "tokens": list(token_ids)}
-    return _tokenizer_endpoint(root_url + "/detokenize", body, api_key)["prompt"]
-
-
-def _tokenizer_endpoint(url: str, body: dict, api_key: str | None) -> dict:
-    try:
-        return _post_json(url, body, 60, api_key)
-    except urllib.error.HTTPError as error:
-        if error.code in (404, 405):
-            raise ForcingUnsupported(f"the server has no {url.rsplit('/', 1)[1]} endpoint to verify tokens") from error
-        raise
 
 
 def _post_json(url: str, body: dict, timeout: float, api_key: str | None) -> dict:

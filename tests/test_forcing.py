@@ -17,8 +17,8 @@ from conformance.forcing import (
     exact_regex,
     forced_text,
     forcing_extra_body,
+    ServerTokenizer,
     probe_forcing,
-    tokenize,
     token_ids_of,
     token_ids_of_stream,
     verify_forced_output,
@@ -68,16 +68,18 @@ def test_token_ids_are_collected_from_responses_and_streams() -> None:
 
 def test_no_token_ids_means_forcing_cannot_be_verified() -> None:
     with pytest.raises(ForcingUnsupported, match="no token_ids"):
-        verify_forced_output("http://127.0.0.1:9", "m", "text", None)
+        verify_forced_output(ServerTokenizer("http://127.0.0.1:9", "m"), "text", None)
 
 
 class FakeServer(http.server.BaseHTTPRequestHandler):
     """A server that is not vLLM: answers POSTs from the class-level `routes` (path -> (status, body))."""
 
     routes: dict[str, tuple[int, dict]] = {}
+    hits: list[str] = []  # the paths asked for, in order
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
+        self.hits.append(self.path)
         status, body = self.routes.get(self.path, (404, {"detail": "Not Found"}))
         payload = json.dumps(body).encode()
         self.send_response(status)
@@ -91,35 +93,36 @@ class FakeServer(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def fake_server() -> Iterator[tuple[str, dict]]:
+def fake_server() -> Iterator[tuple[str, dict, list[str]]]:
     routes: dict[str, tuple[int, dict]] = {}
-    handler = type("Handler", (FakeServer,), {"routes": routes})
+    hits: list[str] = []
+    handler = type("Handler", (FakeServer,), {"routes": routes, "hits": hits})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", routes
+        yield f"http://127.0.0.1:{server.server_address[1]}", routes, hits
     finally:
         server.shutdown()
         server.server_close()
 
 
 def test_a_server_refusing_structured_outputs_cannot_force(fake_server) -> None:
-    url, routes = fake_server
+    url, routes, _ = fake_server
     routes["/v1/chat/completions"] = (400, {"error": {"message": "Unrecognized request argument: structured_outputs"}})
     with pytest.raises(ForcingUnsupported, match="HTTP 400.*Unrecognized request argument: structured_outputs"):
         probe_forcing(url, "m")
 
 
 def test_a_server_without_token_ids_cannot_force(fake_server) -> None:
-    url, routes = fake_server
+    url, routes, _ = fake_server
     routes["/v1/chat/completions"] = (200, {"choices": [{"index": 0, "message": {"content": "ok"}}]})
     with pytest.raises(ForcingUnsupported, match="no token_ids"):
         probe_forcing(url, "m")
 
 
 def test_a_server_without_tokenizer_endpoints_cannot_verify(fake_server) -> None:
-    url, routes = fake_server
+    url, routes, _ = fake_server
     routes["/v1/chat/completions"] = (200, {"choices": [{"index": 0, "token_ids": [1, 2]}]})
     with pytest.raises(ForcingUnsupported, match="no detokenize endpoint"):
         probe_forcing(url, "m")
@@ -140,22 +143,21 @@ def test_regex_metacharacters_are_forced_verbatim(hf_server, stream: bool) -> No
         **forcing_extra_body(METACHARACTERS),
     }
     ids = token_ids_of_stream(chat_stream(hf_server, request)) if stream else token_ids_of(chat(hf_server, request))
-    assert verify_forced_output(hf_server.root_url, hf_server.model, METACHARACTERS, ids) == []
+    assert verify_forced_output(ServerTokenizer(hf_server.root_url, hf_server.model), METACHARACTERS, ids) == []
 
 
 @pytest.mark.vllm
 def test_a_marker_spelled_with_several_tokens_is_reported(hf_server) -> None:
-    pieces = [tokenize(hf_server.root_url, hf_server.model, piece) for piece in ("ok", "</", "think", ">")]
-    spelled = [token for piece in pieces for token in piece]
-    problems = verify_forced_output(hf_server.root_url, hf_server.model, "ok</think>", spelled)
+    tokenizer = ServerTokenizer(hf_server.root_url, hf_server.model)
+    spelled = [token for piece in ("ok", "</", "think", ">") for token in tokenizer.tokenize(piece)]
+    problems = verify_forced_output(tokenizer, "ok</think>", spelled)
     assert len(problems) == 1 and "'</think>'" in problems[0] and "emitted 0 time(s)" in problems[0]
 
 
 @pytest.mark.vllm
 def test_other_text_than_the_forced_one_is_reported(hf_server) -> None:
-    problems = verify_forced_output(
-        hf_server.root_url, hf_server.model, "Hello", tokenize(hf_server.root_url, hf_server.model, "Help")
-    )
+    tokenizer = ServerTokenizer(hf_server.root_url, hf_server.model)
+    problems = verify_forced_output(tokenizer, "Hello", tokenizer.tokenize("Help"))
     assert problems == ["the output is not the forced text: expected 'Hello', got 'Help'"]
 
 
@@ -166,7 +168,7 @@ def test_both_profiles_can_force(hf_server, legacy_server) -> None:
 
 
 def test_an_unhonoured_regex_is_reported_with_the_likely_cause(fake_server) -> None:
-    url, routes = fake_server
+    url, routes, _ = fake_server
     routes["/v1/chat/completions"] = (200, {"choices": [{"index": 0, "token_ids": [1, 2]}]})
     routes["/detokenize"] = (200, {"prompt": "something else"})
     routes["/tokenize"] = (200, {"tokens": [7]})
@@ -184,13 +186,18 @@ def test_without_enable_in_reasoning_vllm_does_not_force_and_the_probe_says_so(t
             probe_forcing(server.root_url, server.model)
 
 
-def test_known_marker_ids_are_not_asked_for_again(fake_server) -> None:
-    url, routes = fake_server
+def test_the_tokenizer_asks_the_server_once_per_marker_and_once_per_answer(fake_server) -> None:
+    url, routes, hits = fake_server
     routes["/detokenize"] = (200, {"prompt": "<think>x"})
+    tokenizer = ServerTokenizer(url, "m")
     with pytest.raises(ForcingUnsupported, match="no tokenize endpoint"):  # nothing known: it must ask
-        verify_forced_output(url, "m", "<think>x", [7, 8])
-    assert verify_forced_output(url, "m", "<think>x", [7, 8], marker_ids={"<think>": [7]}) == []
+        verify_forced_output(tokenizer, "<think>x", [7, 8])
     routes["/tokenize"] = (200, {"tokens": [7]})
-    cache: dict[str, list[int]] = {}
-    assert verify_forced_output(url, "m", "<think>x", [7, 8], marker_ids=cache) == []
-    assert cache == {"<think>": [7]}
+    hits.clear()
+    for _ in range(3):  # the same answer three times (say, stream and non-stream of one case)
+        assert verify_forced_output(tokenizer, "<think>x", [7, 8]) == []
+    assert hits == ["/tokenize"]  # the ids [7, 8] were decoded once, before
+    assert verify_forced_output(tokenizer, "<think>x", [6, 9]) == ["marker '<think>' occurs 1 time(s) in the text "
+                                                                   "but its token 7 was emitted 0 time(s): the engine "
+                                                                   "spelled it with other tokens"]
+    assert hits == ["/tokenize", "/detokenize"]  # other ids are decoded; the marker is known

@@ -17,7 +17,13 @@ import pytest
 
 from conformance import exit_codes
 from conformance.fixture import VARIANTS, build_fixture
-from conformance.forcing import forcing_extra_body, token_ids_of, token_ids_of_stream, verify_forced_output
+from conformance.forcing import (
+    ServerTokenizer,
+    forcing_extra_body,
+    token_ids_of,
+    token_ids_of_stream,
+    verify_forced_output,
+)
 from conformance.server import (
     COMMON_SERVER_ARGS,
     PROFILES,
@@ -321,7 +327,7 @@ def forced_weather_exchange(server) -> tuple[dict, list[dict], list[dict]]:
     response = chat(server, request)
     chunks = chat_stream(server, request)
     for token_ids in (token_ids_of(response), token_ids_of_stream(chunks)):
-        assert verify_forced_output(server.root_url, server.model, FORCED_REASONING_AND_CALL, token_ids) == []
+        assert verify_forced_output(ServerTokenizer(server.root_url, server.model), FORCED_REASONING_AND_CALL, token_ids) == []
     choices = [chunk["choices"][0] for chunk in chunks if chunk.get("choices")]
     assert choices[-1]["finish_reason"] == "tool_calls"
     deltas = [choice["delta"] for choice in choices]
