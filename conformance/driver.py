@@ -1,8 +1,11 @@
 """Driver: send one case in one mode to an OpenAI-compatible server and record a `Transcript`.
 
-Requests go through the async `openai` client (`AsyncOpenAI`) with retries off; streams are read
-through `with_streaming_response`, so the raw SSE lines are recorded as they arrive (a broken
-stream is recorded as far as it got, never "fixed" by the SDK). Whatever goes wrong (refused
+Requests go through the async `openai` client (`AsyncOpenAI`, retries off) as its generic
+`post()` with the body exactly as recorded, asking for the raw, unread HTTP response (what
+`with_streaming_response` does): the raw SSE lines are recorded as they arrive (a broken stream is
+recorded as far as it got, never "fixed" by the SDK). The typed `create()` methods would only walk
+the body once more to produce the same JSON; openai-python's own reading of the stream is judged
+apart, by replaying the recording (`conformance.checks.finding_client_replay`). Whatever goes wrong (refused
 connection, timeout, a connection dropped mid-stream) ends up in the transcript, not as an
 exception.
 """
@@ -47,6 +50,9 @@ class Target:
         return ServerStamp(self.base_url, self.model, self.profile, self.version, self.args, self.checkpoint_revision)
 
 
+# openai-python's request header for "return the HTTP response unread" (what with_streaming_response sets)
+RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
+
 FORCING_CHOICES = ("probe", "trust", "off")
 FORCING_HELP = ("forced outputs: `probe` (default) sends one forced request first and skips the forced cases "
                 "if the server does not honour it; `trust` sends them without asking (a server that forces but "
@@ -71,15 +77,15 @@ def make_client(target: Target):
     )
 
 
-async def fetch_server_version(target: Target) -> str | None:
+async def fetch_server_version(client: Any, target: Target) -> str | None:
     """vLLM answers GET /version with {"version": "..."}; None when the server has no such route."""
     import httpx2
+    import openai
 
     try:
-        async with httpx2.AsyncClient(timeout=10) as http:
-            reply = await http.get(f"{target.root_url}/version")
-        return str(reply.json()["version"]) if reply.status_code == 200 else None
-    except (httpx2.HTTPError, ValueError, KeyError, TypeError):
+        reply = await client.get(f"{target.root_url}/version", cast_to=httpx2.Response, options={"timeout": 10})
+        return str(reply.json()["version"])
+    except (openai.APIError, ValueError, KeyError, TypeError):
         return None
 
 
@@ -141,6 +147,7 @@ async def send(
     repeat: int = 0,
 ) -> Transcript:
     """Send one request (with the `forcing` body fields, if any) and record everything that came back."""
+    import httpx2
     import openai
 
     body = request_body(case, mode, target.model, forcing)
@@ -156,25 +163,25 @@ async def send(
         repeat=repeat,
         started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
     )
-    resource = client.responses if case.endpoint == "responses" else client.chat.completions
-    first = {"input": body["input"]} if case.endpoint == "responses" else {"messages": body["messages"]}
-    rest = {k: v for k, v in body.items() if k not in ("model", "stream", *first)}
+    path = "/responses" if case.endpoint == "responses" else "/chat/completions"
     start = time.monotonic()
     try:
         async with asyncio.timeout(target.timeout):
-            async with resource.with_streaming_response.create(
-                model=body["model"], stream=body["stream"], extra_body=rest, **first
-            ) as response:
-                transcript.status = response.http_response.status_code
+            response = await client.post(path, body=body, cast_to=httpx2.Response,
+                                         options={"headers": {RAW_RESPONSE_HEADER: "stream"}})
+            try:
+                transcript.status = response.status_code
                 if mode == "stream":
-                    async for data in _sse_payloads(response.iter_lines()):
+                    async for data in _sse_payloads(response.aiter_lines()):
                         transcript.sse.append(SseLine(data, round(time.monotonic() - start, 6)))
                 else:
-                    parsed = _body_of(await response.read())
+                    parsed = _body_of(await response.aread())
                     if isinstance(parsed, dict):
                         transcript.response = parsed
                     else:
                         transcript.transport_error = f"the response is not a JSON object: {str(parsed)[:200]!r}"
+            finally:
+                await response.aclose()
     except openai.APIStatusError as exc:
         transcript.status = exc.status_code
         transcript.error_body = _body_of(exc.response.content)

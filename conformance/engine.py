@@ -19,9 +19,23 @@ from typing import Any
 
 from conformance.cases import MODES
 from conformance.checks import DEFAULT_MARKERS, Check, judge, template_markers
-from conformance.driver import DEFAULT_CONCURRENCY, Target, fetch_server_version, make_client, request_body, send
+from conformance.driver import (
+    DEFAULT_CONCURRENCY,
+    Target,
+    fetch_server_version,
+    make_client,
+    request_body,
+    send,
+)
+from conformance.forcing import ServerTokenizer
 from conformance.report.stamp import make_stamp
-from conformance.results import RESULTS_FILE, CaseResult, Summary, make_result, summarize
+from conformance.results import (
+    RESULTS_FILE,
+    CaseResult,
+    Summary,
+    make_result,
+    summarize,
+)
 from conformance.transcript import (
     TRANSCRIPTS_FILE,
     JsonLinesWriter,
@@ -114,14 +128,18 @@ async def resolve_forcing(target: Target, cases: Sequence[Any], natural: bool) -
     return replace(target, can_force=True)
 
 
-def verify_forcing(target: Target, case: Any, transcript: Transcript, markers: Sequence[str],
-                   marker_ids: dict[str, list[int]] | None = None) -> list[str] | None:
+def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript, markers: Sequence[str]) -> list[str] | None:
     """Problems with a forced output that came back (see `conformance.forcing.verify_forced_output`),
-    checking that each of `markers` in the text was emitted as its single token; None when it cannot
-    be verified (no token ids, no tokenizer endpoints, an unreachable server, answers of another shape).
-    `marker_ids` caches the markers' token ids for the run (one /tokenize per marker, not per answer)."""
+    checking through the server's `tokenizer` (a `ServerTokenizer`, one per run) that each of `markers`
+    in the text was emitted as its single token; None when it cannot be verified (no token ids, no
+    tokenizer endpoints, an unreachable server, answers of another shape)."""
     from conformance.checks import read_stream, response_message
-    from conformance.forcing import ForcingUnsupported, token_ids_of, token_ids_of_stream, verify_forced_output
+    from conformance.forcing import (
+        ForcingUnsupported,
+        token_ids_of,
+        token_ids_of_stream,
+        verify_forced_output,
+    )
 
     if transcript.mode == "stream":
         reading = read_stream(transcript)
@@ -134,8 +152,7 @@ def verify_forcing(target: Target, case: Any, transcript: Transcript, markers: S
     truncated = (message is not None and message.finish_reason == "length") or bool(
         limit and token_ids and len(token_ids) >= limit)
     try:
-        return verify_forced_output(target.root_url, target.model, case.force, token_ids, markers,
-                                    api_key=target.api_key, truncated=truncated, marker_ids=marker_ids)
+        return verify_forced_output(tokenizer, case.force, token_ids, markers, truncated=truncated)
     except (ForcingUnsupported, OSError, ValueError, LookupError, TypeError, AttributeError):
         return None
 
@@ -152,7 +169,13 @@ class _Progress:
         self.total, self.done, self.enabled = total, 0, enabled
         self.bar = None
         if enabled and sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), transient=True)
@@ -185,54 +208,53 @@ async def run_async(
     progress: bool = False,
 ) -> RunOutput:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    if target.version is None:
-        target = replace(target, version=await fetch_server_version(target))
-    target = await resolve_forcing(target, cases, natural)
-    writers = None
-    if out_dir is not None:
-        writers = (JsonLinesWriter(out_dir / TRANSCRIPTS_FILE), JsonLinesWriter(out_dir / RESULTS_FILE))
-    semaphore = asyncio.Semaphore(max(1, concurrency))
-    client = make_client(target)
-    results: list[CaseResult] = []
-    bar = _Progress(sum(len(case_modes(c)) for c in cases) * repeat, progress)
-    marker_ids: dict[str, list[int]] = {}  # this server's marker token ids, asked once per run
+    async with make_client(target) as client:
+        if target.version is None:
+            target = replace(target, version=await fetch_server_version(client, target))
+        target = await resolve_forcing(target, cases, natural)
+        writers = None
+        if out_dir is not None:
+            writers = (JsonLinesWriter(out_dir / TRANSCRIPTS_FILE), JsonLinesWriter(out_dir / RESULTS_FILE))
+        semaphore = asyncio.Semaphore(max(1, concurrency))
+        results: list[CaseResult] = []
+        bar = _Progress(sum(len(case_modes(c)) for c in cases) * repeat, progress)
+        tokenizer = ServerTokenizer(target.root_url, target.model, target.api_key)
 
-    async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
-        forcing, skip = _forcing_for(case, target, natural)
-        if skip:
-            transcript = _skipped(case, target, mode, repeat_index, skip)
-        else:
-            async with semaphore:
-                transcript = await send(client, target, case, mode, forcing=forcing, natural=natural,
-                                        repeat=repeat_index)
-                if forcing is not None and transcript.status == 200 and case.endpoint == "chat":
-                    transcript.forcing_problems = await asyncio.to_thread(
-                        verify_forcing, target, case, transcript, markers, marker_ids)
-        if writers:
-            writers[0].write(transcript.to_dict())
-        return transcript
-
-    async def one_case(case: Any, repeat_index: int) -> None:
-        modes = case_modes(case)
-        transcripts = await asyncio.gather(*(one_request(case, mode, repeat_index) for mode in modes))
-        for result in judge_group(case, dict(zip(modes, transcripts)), markers):
-            results.append(result)
+        async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
+            forcing, skip = _forcing_for(case, target, natural)
+            if skip:
+                transcript = _skipped(case, target, mode, repeat_index, skip)
+            else:
+                async with semaphore:
+                    transcript = await send(client, target, case, mode, forcing=forcing, natural=natural,
+                                            repeat=repeat_index)
+                    if forcing is not None and transcript.status == 200 and case.endpoint == "chat":
+                        transcript.forcing_problems = await asyncio.to_thread(
+                            verify_forcing, tokenizer, case, transcript, markers)
             if writers:
-                writers[1].write(result.to_dict())
-            bar.advance(result)
+                writers[0].write(transcript.to_dict())
+            return transcript
 
-    tasks = [asyncio.ensure_future(one_case(case, r)) for r in range(repeat) for case in cases]
-    try:
-        await asyncio.gather(*tasks)
-    finally:  # on a failure (say, a full disk), stop the other requests before closing what they write to
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        bar.close()
-        await client.close()
-        if writers:
-            for writer in writers:
-                writer.close()
+        async def one_case(case: Any, repeat_index: int) -> None:
+            modes = case_modes(case)
+            transcripts = await asyncio.gather(*(one_request(case, mode, repeat_index) for mode in modes))
+            for result in judge_group(case, dict(zip(modes, transcripts)), markers):
+                results.append(result)
+                if writers:
+                    writers[1].write(result.to_dict())
+                bar.advance(result)
+
+        tasks = [asyncio.ensure_future(one_case(case, r)) for r in range(repeat) for case in cases]
+        try:
+            await asyncio.gather(*tasks)
+        finally:  # on a failure (say, a full disk), stop the other requests before closing what they write to
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            bar.close()
+            if writers:
+                for writer in writers:
+                    writer.close()
     return RunOutput(results, summarize(results), make_stamp(target.stamp().__dict__, recorded_at=started))
 
 
