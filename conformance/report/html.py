@@ -6,6 +6,7 @@ arrival times) or the response, and the error body."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
@@ -32,15 +33,17 @@ details{border-bottom:1px solid #eee;padding:.2em 0}summary{cursor:pointer}
 SEVERITY = {"error": 0, "fail": 1, "skip": 2, "pass": 3}
 
 
-def _json(value: Any, level: int = 0) -> str:
+_JSON_SCALAR = r'(?:-?\d[\d.eE+-]*|true|false|null|"(?:[^"\\\n]|\\.)*")'
+# A list whose items are all scalars, as json.dumps(indent=2) lays it out: one item per line.
+# (JSON strings never hold a raw newline, so a newline is always layout.)
+_SCALAR_LIST = re.compile(r"\[\n *(" + _JSON_SCALAR + r"(?:,\n *" + _JSON_SCALAR + r")*)\n *\]")
+_ITEM_BREAK = re.compile(r",\n *")
+
+
+def _json(value: Any) -> str:
     """Indented JSON that keeps lists of plain values (token ids, enums) on one line."""
-    pad, end = "  " * (level + 1), "  " * level
-    if isinstance(value, Mapping) and value:
-        items = [f"{pad}{json.dumps(str(k), ensure_ascii=False)}: {_json(v, level + 1)}" for k, v in value.items()]
-        return "{\n" + ",\n".join(items) + f"\n{end}}}"
-    if isinstance(value, list) and any(isinstance(v, (Mapping, list)) for v in value):
-        return "[\n" + ",\n".join(pad + _json(v, level + 1) for v in value) + f"\n{end}]"
-    return json.dumps(value, ensure_ascii=False)
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return _SCALAR_LIST.sub(lambda match: "[" + _ITEM_BREAK.sub(", ", match.group(1)) + "]", text)
 
 
 def _pre(value: Any) -> str:
