@@ -23,10 +23,11 @@ import yaml
 from conformance.server import PROFILES
 
 Mode = Literal["non-stream", "stream"]
-Endpoint = Literal["chat", "responses"]
+Endpoint = Literal["chat", "responses", "preflight"]
 Severity = Literal["error", "warning"]
 
 MODES: tuple[Mode, ...] = ("non-stream", "stream")
+PREFLIGHT_MODES: tuple[Mode, ...] = ("non-stream",)  # a preflight is one plain request
 DEFAULT_CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
 FEATURES_FILE = "features.txt"
 TOOLS_FILE = "tools.yaml"  # named tools that every case file of the directory may use
@@ -76,8 +77,19 @@ class ExpectedError:
 
 
 @dataclass(frozen=True)
+class ExpectedPreflight:
+    """The answer to a CORS preflight: HTTP status, response headers by lower-case name (a value
+    must match exactly, None: the header must be absent) and a substring of the body."""
+
+    status: int
+    headers: Mapping[str, str | None] = field(default_factory=dict)
+    body: str | None = None
+
+
+@dataclass(frozen=True)
 class Expectation:
-    """What one profile must return: either `error`, or `message` + `finish_reason`.
+    """What one profile must return: either `error`, or `message` + `finish_reason`, or (endpoint
+    `preflight`) `preflight`.
 
     `stream_overrides` names the fields (of reasoning, content, tool_calls, finish_reason) where the
     reassembled stream knowingly differs from the non-streaming response; `stream_message` and
@@ -92,6 +104,7 @@ class Expectation:
     stream_overrides: frozenset[str] = frozenset()
     stream_message: ExpectedMessage | None = None
     stream_finish_reason: str | None = None
+    preflight: ExpectedPreflight | None = None
 
     def for_mode(self, mode: Mode) -> Expectation:
         """The expectation in `mode`, with the stream overrides applied for "stream"."""
@@ -472,7 +485,7 @@ def _build_case(raw: dict[str, Any], index: int, tools: Mapping[str, Any], sourc
         description=" ".join(raw["description"].split()),
         features=tuple(raw["features"]),
         references=tuple(raw.get("references", ())),
-        modes=tuple(raw.get("modes", MODES)),
+        modes=PREFLIGHT_MODES if endpoint == "preflight" else tuple(raw.get("modes", MODES)),
         endpoint=endpoint,
         request=request,
         force=raw.get("force"),
@@ -490,6 +503,8 @@ def _responses_tool(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def _build_expectation(raw: Mapping[str, Any]) -> Expectation:
+    if "preflight" in raw:
+        return Expectation(preflight=ExpectedPreflight(**raw["preflight"]))
     if "error" in raw:
         return Expectation(error=ExpectedError(**raw["error"]))
     message = _build_message(raw["message"])
@@ -609,7 +624,7 @@ def _schema_problems(data: Any, validator: Any) -> Iterator[tuple[list[str | int
 
 
 # keys that some subschema forbids with `false` (see _schema_problems)
-_FORBIDDEN_KEYS = ("model", "stream", "message", "finish_reason", "tool_call_streaming")
+_FORBIDDEN_KEYS = ("model", "stream", "message", "finish_reason", "tool_call_streaming", "force", "natural", "modes")
 
 
 def _at_path(data: Any, path: list[str | int]) -> Any:

@@ -720,6 +720,8 @@ def judge(
     same case/profile/repeat, used to judge a stream against it."""
     if transcript.skip_reason:
         return [Check("request", SKIP, reason=transcript.skip_reason)]
+    if transcript.endpoint == "preflight":
+        return judge_preflight(case, transcript)
     streaming = transcript.mode == "stream"
     reading = read_stream(transcript) if streaming else None
     transport = check_transport(transcript, reading)
@@ -778,6 +780,33 @@ def judge(
         if reading is not None and wanted_streaming:
             checks.append(check_expected_streaming(reading, wanted_streaming))
     return checks
+
+
+def judge_preflight(case: Any, transcript: Transcript) -> list[Check]:
+    """A CORS preflight: an answer must have come (5xx included: CORS is answered before the app),
+    then status, headers and body are compared with the profile's expectation."""
+    if transcript.transport_error or transcript.status is None or transcript.response is None:
+        return [Check("transport", ERROR, reason=transcript.transport_error or "no HTTP response recorded")]
+    checks = [Check("transport", PASS)]
+    expectation = case.expect.get(transcript.profile)
+    if expectation is None or expectation.preflight is None:
+        return [*checks, Check("expectation", SKIP, EXPECTATION, reason=f"no expectation for profile "
+                                                                           f"{transcript.profile}")]
+    want = expectation.preflight
+    headers, body = transcript.response.get("headers") or {}, str(transcript.response.get("body") or "")
+    expected = {"status": want.status, "headers": dict(want.headers), "body": want.body}
+    actual = {"status": transcript.status, "headers": {name: headers.get(name) for name in want.headers},
+              "body": body[:300]}
+    problems = [f"status {transcript.status} != {want.status}"] if transcript.status != want.status else []
+    for name, value in want.headers.items():
+        if headers.get(name) != value:
+            problems.append(f"header {name}: {headers.get(name)!r}, expected "
+                            + ("none" if value is None else repr(value)))
+    if want.body and want.body not in body:
+        problems.append(f"body does not contain {want.body!r}")
+    outcome, reason = (FAIL, "; ".join(problems)) if problems else (PASS, "")
+    return [*checks, Check("expected_preflight", outcome, EXPECTATION, reason=reason, expected=expected,
+                           actual=actual)]
 
 
 def _compare_refusals(stream: Transcript, non_stream: Transcript) -> Check:

@@ -24,6 +24,7 @@ from conformance.transcript import ServerStamp, SseLine, Transcript
 
 DEFAULT_TIMEOUT = 120.0  # seconds per request
 DEFAULT_CONCURRENCY = 8  # requests in flight at once
+DEFAULT_PREFLIGHT_PATH = "/chat/completions"
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,10 @@ async def fetch_server_version(client: Any, target: Target) -> str | None:
 def request_body(case: Any, mode: str, model: str, forcing: Mapping[str, Any] | None) -> dict[str, Any]:
     """The JSON body for one case in one mode: the case's request plus model, stream and forcing.
     For `endpoint: responses`, `messages` become `input` and everything else is sent as given (the
-    case loader already flattened the tools; cases/README.md)."""
+    case loader already flattened the tools; cases/README.md). A preflight has no body: its
+    request (origin, method, headers, path) is recorded as the case gives it."""
+    if case.endpoint == "preflight":
+        return {"path": DEFAULT_PREFLIGHT_PATH, **json.loads(json.dumps(case.request))}
     body: dict[str, Any] = {"model": model, **json.loads(json.dumps(case.request)), "stream": mode == "stream"}
     if case.endpoint == "responses" and "messages" in body:
         body["input"] = body.pop("messages")
@@ -163,8 +167,12 @@ async def send(
         repeat=repeat,
         started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
     )
-    path = "/responses" if case.endpoint == "responses" else "/chat/completions"
     start = time.monotonic()
+    if case.endpoint == "preflight":
+        await _send_preflight(target, transcript)
+        transcript.duration = round(time.monotonic() - start, 6)
+        return transcript
+    path = "/responses" if case.endpoint == "responses" else "/chat/completions"
     try:
         async with asyncio.timeout(target.timeout):
             response = await client.post(path, body=body, cast_to=httpx2.Response,
@@ -189,3 +197,22 @@ async def send(
         transcript.transport_error = _describe(exc, target.timeout)
     transcript.duration = round(time.monotonic() - start, 6)
     return transcript
+
+
+async def _send_preflight(target: Target, transcript: Transcript) -> None:
+    """Send a CORS preflight as a browser does (no credentials, no API key) and record the status,
+    the response headers and the body text in `transcript.response`."""
+    import httpx2
+
+    request = transcript.request
+    headers = {"Origin": request["origin"], "Access-Control-Request-Method": request["method"]}
+    if request.get("headers"):
+        headers["Access-Control-Request-Headers"] = ", ".join(request["headers"])
+    try:
+        async with httpx2.AsyncClient(timeout=target.timeout) as http:
+            reply = await http.options(target.base_url.rstrip("/") + request["path"], headers=headers)
+        transcript.status = reply.status_code
+        transcript.response = {"headers": {name.lower(): value for name, value in reply.headers.items()},
+                               "body": reply.text}
+    except httpx2.HTTPError as exc:
+        transcript.transport_error = _describe(exc, target.timeout)

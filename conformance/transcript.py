@@ -46,9 +46,9 @@ class Transcript:
     case_id: str
     mode: str  # one of MODES
     profile: str
-    endpoint: str  # "chat" | "responses"
+    endpoint: str  # "chat" | "responses" | "preflight"
     server: ServerStamp
-    request: dict[str, Any]  # the JSON body as sent (model and stream included)
+    request: dict[str, Any]  # the JSON body as sent (model and stream included); a preflight's origin, method...
     forced: bool = True  # the request carried the forcing fields (`force` of the case)
     natural: bool = False  # natural mode: judged on `natural` instead of the expected message
     repeat: int = 0
@@ -57,7 +57,7 @@ class Transcript:
     status: int | None = None  # HTTP status; None when no response arrived
     error_body: Any = None  # parsed JSON (or text) of a non-2xx response
     sse: list[SseLine] = field(default_factory=list)  # streaming only
-    response: dict[str, Any] | None = None  # non-streaming JSON body
+    response: dict[str, Any] | None = None  # non-streaming JSON body; a preflight's {"headers", "body"}
     transport_error: str | None = None  # connection refused, timeout, broken stream...
     skip_reason: str | None = None  # the request was not sent (e.g. the server cannot force outputs)
     # Forced requests: what the server's tokenizer says of the returned token ids (conformance.forcing):

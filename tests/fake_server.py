@@ -16,6 +16,10 @@ real vLLM). The scenario is the content of the request's last user message:
 * `plain`: just the content "It is sunny." and no tool call (a model that ignores the tools).
 
 `requests` records every JSON body received, in order; `authorizations` the Authorization header of each.
+
+An OPTIONS request is answered as a CORS preflight: `ALLOWED_ORIGIN` gets 200 with
+Access-Control-Allow-Origin, any other origin 400 "Disallowed CORS origin" without it (vLLM's
+default). `preflights` records each preflight's (path, headers).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+ALLOWED_ORIGIN = "http://allowed.example"
 ARGUMENTS = '{"city": "Paris"}'
 REASONING = "\nplan\n"
 REFUSAL = {
@@ -102,6 +107,7 @@ class FakeServer:
         self.stall_seconds = stall_seconds
         self.requests: list[dict[str, Any]] = []
         self.authorizations: list[str | None] = []
+        self.preflights: list[tuple[str, dict[str, str]]] = []
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
@@ -120,6 +126,20 @@ class FakeServer:
                     self._json(200, {"version": "fake-1.0"})
                 else:
                     self._json(404, {"error": {"message": "not found"}})
+
+            def do_OPTIONS(self) -> None:
+                server.preflights.append((self.path, {name.lower(): value for name, value in self.headers.items()}))
+                allowed = self.headers.get("Origin") == ALLOWED_ORIGIN
+                data = b"OK" if allowed else b"Disallowed CORS origin"
+                self.send_response(200 if allowed else 400)
+                self.send_header("Vary", "Origin")
+                self.send_header("Access-Control-Max-Age", "600")
+                if allowed:
+                    self.send_header("Access-Control-Allow-Origin", ALLOWED_ORIGIN)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))

@@ -174,6 +174,41 @@ def test_responses_endpoint_gets_flat_tools(tmp_path: Path) -> None:
     assert case.tool_parameters() == {"get_weather": {"type": "object", "properties": {"city": {"type": "string"}}}}
 
 
+PREFLIGHT_FILE = """\
+cases:
+  - id: preflight
+    description: A browser preflight from an unlisted origin is refused with HTTP 400.
+    features: [cors]
+    references: ["contract 5"]
+    endpoint: preflight
+    request: {origin: "http://localhost:3000", method: POST, headers: [content-type]}
+    expect:
+      hf: {preflight: {status: 400, body: Disallowed, headers: {access-control-allow-origin: null, vary: Origin}}}
+"""
+
+
+def test_a_preflight_case_is_one_request_with_headers_expected(tmp_path: Path) -> None:
+    case = load_suite(write_suite(tmp_path, {"cors.yaml": PREFLIGHT_FILE}))[0]
+    assert (case.endpoint, case.modes, case.force, case.natural) == ("preflight", ("non-stream",), None, None)
+    preflight = case.expect["hf"].preflight
+    assert (preflight.status, preflight.body) == (400, "Disallowed")
+    assert preflight.headers == {"access-control-allow-origin": None, "vary": "Origin"}
+
+
+def test_a_preflight_case_cannot_force_stream_or_send_messages(tmp_path: Path) -> None:
+    data = yaml.safe_load(PREFLIGHT_FILE)
+    data["cases"][0].update(force="x", modes=["stream"], natural={})
+    data["cases"][0]["request"]["messages"] = [{"role": "user", "content": "Hi"}]
+    data["cases"][0]["expect"]["hf"]["preflight"]["headers"]["Vary"] = "Origin"
+    errors = check_suite(write_suite(tmp_path, {"cors.yaml": yaml.safe_dump(data)})).errors
+    found = {(error.field, error.message) for error in errors}
+    assert {("force", "key not allowed here"), ("modes", "key not allowed here"),
+            ("natural", "key not allowed here")} <= found, found
+    assert any(field == "request.messages" and "unknown key 'messages'" in message for field, message in found)
+    assert any(field == "expect.hf.preflight.headers" and "Vary" in message for field, message in found)
+    assert len(errors) == 5
+
+
 def test_cases_come_in_file_name_order(tmp_path: Path) -> None:
     second = good_data()
     for index, case in enumerate(second["cases"]):
@@ -516,8 +551,10 @@ def test_shipped_suite_covers_the_required_scenarios(shipped: list) -> None:
 
 
 def test_shipped_cases_are_valid_requests(shipped: list) -> None:
-    """Every case sends temperature 0 and bounds the output, as the real-server tier needs."""
+    """Every case that generates sends temperature 0 and bounds the output, as the real-server tier needs."""
     for case in shipped:
+        if case.endpoint == "preflight":  # no model output
+            continue
         assert case.request.get("temperature") == 0, case.id
         limit = case.request.get("max_output_tokens" if case.endpoint == "responses" else "max_tokens")
         assert isinstance(limit, int) and limit > 0, case.id
@@ -536,13 +573,14 @@ def test_shipped_files_validate_against_the_schema_alone() -> None:
         assert errors == [], (path, [e.message for e in errors])
 
 
-def test_readme_example_is_a_valid_case_file(tmp_path: Path) -> None:
-    """The example in cases/README.md stays in step with the schema."""
+def test_readme_examples_are_valid_case_files(tmp_path: Path) -> None:
+    """The examples in cases/README.md (a whole file, then one preflight case) stay in step with the schema."""
     readme = (DEFAULT_CASES_DIR / "README.md").read_text(encoding="utf-8")
-    example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
-    result = check_suite(write_suite(tmp_path, {"example.yaml": textwrap.dedent(example)}))
+    whole_file, preflight_case = (block.split("```", 1)[0] for block in readme.split("```yaml\n")[1:3])
+    files = {"example.yaml": textwrap.dedent(whole_file), "preflight.yaml": "cases:\n" + preflight_case}
+    result = check_suite(write_suite(tmp_path, files))
     assert result.errors == [], [str(e) for e in result.errors]
-    assert [case.id for case in result.cases] == ["reasoning-then-one-call"]
+    assert [case.id for case in result.cases] == ["reasoning-then-one-call", "cors-preflight-chat-from-browser-origin"]
 
 
 def test_one_pass_reports_schema_and_registry_problems_of_the_same_case(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from conformance.checks import (
@@ -517,3 +519,39 @@ def test_responses_streams_are_replayed_through_the_openai_client_too():
         **final, "status": "incomplete"}}], done=False, endpoint="responses")
     check = finding_client_replay(incomplete, read_stream(incomplete))
     assert check.outcome == "fail" and "Didn't receive a `response.completed` event" in check.reason
+
+
+def preflight_transcript(status: int | None, headers: dict[str, str], body: str = "",
+                         transport_error: str | None = None) -> Transcript:
+    request = {"path": "/chat/completions", "origin": "http://localhost:3000", "method": "POST"}
+    response = {"headers": headers, "body": body} if status is not None else None
+    return Transcript("p", "non-stream", "hf", "preflight", STAMP, request, forced=False, status=status,
+                      response=response, transport_error=transport_error)
+
+
+def test_a_preflight_is_judged_on_status_headers_and_body(tmp_path) -> None:
+    case = load_cases(tmp_path, """
+- id: p
+  description: A preflight from an unlisted origin is refused and carries no allow-origin header.
+  features: [cors]
+  endpoint: preflight
+  request: {origin: "http://localhost:3000", method: POST}
+  expect:
+    hf: {preflight: {status: 400, body: Disallowed, headers: {access-control-allow-origin: null, vary: Origin}}}
+""")["p"]
+    refused = {"vary": "Origin", "content-type": "text/plain"}
+    checks = judge(case, preflight_transcript(400, refused, "Disallowed CORS origin"))
+    assert [(c.name, c.outcome) for c in checks] == [("transport", "pass"), ("expected_preflight", "pass")]
+    allowed = {"vary": "Origin", "access-control-allow-origin": "http://localhost:3000"}
+    check = judge(case, preflight_transcript(200, allowed, "OK"))[-1]
+    assert check.outcome == "fail"
+    assert check.reason == ("status 200 != 400; header access-control-allow-origin: 'http://localhost:3000', "
+                            "expected none; body does not contain 'Disallowed'")
+    assert check.actual == {"status": 200, "body": "OK", "headers": {
+        "access-control-allow-origin": "http://localhost:3000", "vary": "Origin"}}
+    no_vary = judge(case, preflight_transcript(400, {}, "Disallowed CORS origin"))[-1]
+    assert (no_vary.outcome, no_vary.reason) == ("fail", "header vary: None, expected 'Origin'")
+    broken = judge(case, preflight_transcript(None, {}, transport_error="connection failed: refused"))
+    assert [(c.name, c.outcome, c.reason) for c in broken] == [("transport", "error", "connection failed: refused")]
+    legacy = judge(case, replace(preflight_transcript(400, refused), profile="legacy"))
+    assert [(c.name, c.outcome) for c in legacy] == [("transport", "pass"), ("expectation", "skip")]

@@ -275,6 +275,46 @@ def test_an_unforced_case_is_sent_as_is_and_judged_on_its_expectation(tmp_path):
     assert got == {"non-stream": ("pass", False, False), "stream": ("fail", False, False)}  # whole expected
 
 
+PREFLIGHT_CASES = """
+- id: refused-origin
+  description: A preflight from an origin the server does not list is refused without the allow header.
+  features: [cors]
+  endpoint: preflight
+  request: {path: /responses, origin: "http://localhost:3000", method: POST, headers: [authorization, content-type]}
+  expect:
+    hf: {preflight: {status: 400, body: Disallowed CORS origin, headers: {access-control-allow-origin: null}}}
+- id: allowed-origin
+  description: A preflight from a listed origin gets 200, which this case wrongly expects to be refused.
+  features: [cors]
+  endpoint: preflight
+  request: {origin: "http://allowed.example", method: POST}
+  expect:
+    hf: {preflight: {status: 400, headers: {access-control-allow-origin: null, access-control-max-age: "600"}}}
+"""
+
+
+def test_a_preflight_is_sent_as_a_browser_sends_it_and_judged_on_status_headers_and_body(tmp_path):
+    cases = list(load_cases(tmp_path, PREFLIGHT_CASES).values())
+    with fake_server() as server:
+        target = Target(base_url=server.base_url, model="fake", profile="hf", api_key="secret")
+        output = run(cases, target, tmp_path / "out")
+    assert server.requests == []  # no model request, and no forcing probe
+    sent = dict(server.preflights)
+    assert set(sent) == {"/v1/responses", "/v1/chat/completions"}
+    browser = sent["/v1/responses"]
+    assert (browser["origin"], browser["access-control-request-method"]) == ("http://localhost:3000", "POST")
+    assert browser["access-control-request-headers"] == "authorization, content-type"
+    assert "authorization" not in browser  # a browser's preflight carries no credentials
+    assert "access-control-request-headers" not in sent["/v1/chat/completions"]
+    got = {r.case_id: (r.mode, r.outcome, r.reason) for r in output.results}
+    assert got["refused-origin"] == ("non-stream", "pass", "")
+    assert got["allowed-origin"] == ("non-stream", "fail",
+                                     "expected_preflight: status 200 != 400; header access-control-allow-origin: "
+                                     "'http://allowed.example', expected none")
+    rechecked = recheck(read_transcripts(tmp_path / "out" / "transcripts.jsonl"), cases)
+    assert [r.to_dict() for r in rechecked] == [r.to_dict() for r in output.results]
+
+
 def test_a_probe_answered_with_garbage_does_not_crash_the_run(cases, tmp_path):
     class NotJson(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:

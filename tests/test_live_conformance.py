@@ -143,6 +143,18 @@ def test_hf_reasoning_arrives_in_the_reasoning_field(hf_run):
     assert with_reasoning >= 5
 
 
+@pytest.mark.parametrize("run_fixture", ["hf_run", "legacy_run"])
+def test_by_default_both_profiles_refuse_a_browser_preflight_without_an_allow_origin(run_fixture, request):
+    """Contract 5: --allowed-origins defaults to [], so Starlette answers 400 and the browser blocks."""
+    _, transcripts = request.getfixturevalue(run_fixture)
+    preflights = [t for t in transcripts if t.endpoint == "preflight"]
+    assert {t.request["path"] for t in preflights} == {"/chat/completions", "/responses"}
+    for transcript in preflights:
+        assert (transcript.status, transcript.response["body"]) == (400, "Disallowed CORS origin")
+        assert "access-control-allow-origin" not in transcript.response["headers"]
+        assert transcript.response["headers"]["access-control-max-age"] == "600"
+
+
 def test_pytest_plugin_runs_the_cases_against_real_vllm(pytester, hf_server, tiny_checkpoint):
     result = pytester.runpytest(
         f"--conformance-base-url={hf_server.base_url}", f"--conformance-model={hf_server.model}",
