@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -248,6 +248,62 @@ def _read_responses_stream(events, invalid, stream_error, done, after_done) -> S
     finish_reason = final.finish_reason if final else None
     message = Message(text, _join(content), calls, finish_reason, {"reasoning"} if text else set())
     return StreamReading(message, events, invalid, stream_error, done, after_done, tool_deltas, [], events, final)
+
+
+def shape_problems(transcript: Transcript) -> list[str]:
+    """Where an answer's JSON departs from the shape the API defines for the parts the checks read
+    (schemas/response-shape.schema.json): the clear reason for an answer the checks could not read.
+    Empty when the shape is right."""
+    responses = transcript.endpoint == "responses"
+    if transcript.mode == "stream":
+        validator = _shape_validator("responsesEvent" if responses else "chatChunk")
+        payloads = []
+        for number, line in enumerate(transcript.sse, start=1):
+            try:
+                payloads.append((f"data line {number}", json.loads(line.data)))
+            except json.JSONDecodeError:
+                continue  # read_stream reports those
+    else:
+        validator = _shape_validator("response" if responses else "chatCompletion")
+        payloads = [("the response", transcript.response)] if transcript.response is not None else []
+    problems = []
+    for where, payload in payloads:
+        for error in _innermost(validator.iter_errors(payload)):
+            at = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path)
+            if error.validator == "type":
+                what = f"{_brief(error.instance)} is not of type {' or '.join(_list_of(error.validator_value))}"
+            else:
+                what = f"{_brief(error.instance)} is not an output item object or null"  # the one anyOf
+            problems.append(f"{where}: {at.lstrip('.') or 'the object'}: {what}")
+    return problems
+
+
+def _innermost(errors: Iterable[Any]) -> Iterator[Any]:
+    """Schema errors, an `anyOf` replaced by the errors deeper inside its object branch."""
+    for error in errors:
+        deeper = [sub for sub in error.context or () if len(sub.absolute_path) > len(error.absolute_path)]
+        if deeper:
+            yield from _innermost(deeper)
+        else:
+            yield error
+
+
+@functools.cache
+def _shape_validator(definition: str) -> Any:
+    import jsonschema
+    from importlib import resources
+
+    schema = json.loads(resources.files("conformance.schemas").joinpath("response-shape.schema.json").read_text())
+    return jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{definition}"})
+
+
+def _list_of(value: Any) -> list[str]:
+    return value if isinstance(value, list) else [str(value)]
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # --- helpers ------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.cases import MODES
-from conformance.checks import DEFAULT_MARKERS, Check, judge, template_markers
+from conformance.checks import DEFAULT_MARKERS, Check, judge, shape_problems, template_markers
 from conformance.driver import (
     DEFAULT_CONCURRENCY,
     Target,
@@ -92,10 +92,23 @@ def judge_group(case: Any, by_mode: dict[str, Transcript], markers: Sequence[str
         companion = by_mode.get("non-stream") if mode == "stream" else None
         try:
             checks = judge(case, transcript, companion=companion, markers=markers)
-        except Exception as exc:  # a bug or an unforeseen shape must not stop the run: it is an error result
-            checks = [Check("judge", "error", reason=f"internal error while judging: {type(exc).__name__}: {exc}")]
+        except Exception as exc:  # must not stop the run: a malformed answer fails, a bug of ours is an error
+            checks = [_unreadable(transcript, companion, exc)]
         results.append(make_result(case, transcript, checks))
     return results
+
+
+def _unreadable(transcript: Transcript, companion: Transcript | None, exc: Exception) -> Check:
+    """Why judging raised: JSON of the wrong shape (the server's fault, a contract `fail`), else a
+    bug of ours (`error`)."""
+    problems = shape_problems(transcript)
+    if not problems and companion is not None:
+        problems = [f"the non-streaming answer it is compared with: {p}" for p in shape_problems(companion)]
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        return Check("response_shape", "fail", reason="the answer does not have the API's shape: "
+                     + "; ".join(problems[:3]) + more)
+    return Check("judge", "error", reason=f"internal error while judging: {type(exc).__name__}: {exc}")
 
 
 def _forcing_for(case: Any, target: Target, natural: bool) -> tuple[dict[str, Any] | None, str | None]:

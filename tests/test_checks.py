@@ -464,13 +464,21 @@ def test_client_replay_of_a_length_cut_stream_compares_the_accumulated_message(c
     assert check.outcome == "pass", check.reason
 
 
-def test_an_unforeseen_shape_becomes_an_error_result_not_a_crash(cases):
-    from conformance.engine import judge_group
+def test_a_wrong_shape_fails_and_a_bug_of_ours_is_an_error_not_a_crash(cases, monkeypatch):
+    from conformance import engine
 
     weird = stream_transcript([ROLE, {"choices": [{"index": 0, "delta": {"content": 42}}]}])
-    (result,) = judge_group(cases["legacy-only"], {"stream": weird}, DEFAULT_MARKERS)
-    assert result.outcome == "error"
-    assert result.reason.startswith("judge: internal error while judging: TypeError")
+    (result,) = engine.judge_group(cases["legacy-only"], {"stream": weird}, DEFAULT_MARKERS)
+    assert (result.outcome, result.reason) == ("fail", "response_shape: the answer does not have the API's shape: "
+                                               "data line 2: choices[0].delta.content: 42 is not of type string or null")
+
+    def broken_judge(*args, **kwargs):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(engine, "judge", broken_judge)
+    fine = stream_transcript([ROLE, {"choices": [{"index": 0, "delta": {"content": "hi"}}]}])
+    (result,) = engine.judge_group(cases["legacy-only"], {"stream": fine}, DEFAULT_MARKERS)
+    assert (result.outcome, result.reason) == ("error", "judge: internal error while judging: KeyError: 'a bug'")
 
 
 def test_tool_call_shape_in_a_whole_message(cases):

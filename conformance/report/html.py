@@ -102,7 +102,10 @@ def _transcript_section(transcript: Transcript | None) -> str:
         parts.append(f"<p class='error'>Transport: {escape(transcript.transport_error)}</p>")
     if transcript.error_body is not None:
         parts += ["<h4>Error body</h4>", _pre(transcript.error_body)]
-    message = read_stream(transcript).message if transcript.mode == "stream" else response_message(transcript)
+    try:
+        message = read_stream(transcript).message if transcript.mode == "stream" else response_message(transcript)
+    except (AttributeError, TypeError, ValueError, LookupError):  # the shape is wrong: the checks say where
+        message = None
     if message is not None and transcript.status == 200:
         how = "reassembled from the stream" if transcript.mode == "stream" else "the response's message"
         parts += [f"<h4>Message as a client sees it ({how})</h4>", _pre(_client_view(message))]
