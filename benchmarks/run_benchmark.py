@@ -73,14 +73,15 @@ def tool_run(cases: Sequence[Any], target: Any, markers: Sequence[str], out: Pat
 
 
 async def bare_client_run(cases: Sequence[Any], target: Any, concurrency: int) -> int:
-    """Every request of the set, sent the way an application would, with nothing recorded or judged."""
+    """Every model request of the set (preflights aside), sent the way an application would, with
+    nothing recorded or judged."""
     import openai
 
-    from conformance.driver import make_client, request_body
+    from conformance.driver import make_clients, request_body
     from conformance.engine import case_modes
     from conformance.forcing import forcing_extra_body
 
-    client = make_client(target)
+    clients = make_clients(target)
     semaphore = asyncio.Semaphore(concurrency)
 
     async def one(case: Any, mode: str) -> None:
@@ -88,7 +89,7 @@ async def bare_client_run(cases: Sequence[Any], target: Any, concurrency: int) -
         body = request_body(case, mode, target.model, forcing)
         first = "input" if case.endpoint == "responses" else "messages"
         rest = {key: value for key, value in body.items() if key not in ("model", "stream", first)}
-        resource = client.responses if case.endpoint == "responses" else client.chat.completions
+        resource = clients.api.responses if case.endpoint == "responses" else clients.api.chat.completions
         async with semaphore:
             with contextlib.suppress(openai.APIStatusError):
                 answer = await resource.create(model=body["model"], stream=body["stream"], extra_body=rest,
@@ -97,8 +98,8 @@ async def bare_client_run(cases: Sequence[Any], target: Any, concurrency: int) -
                     async for _ in answer:
                         pass
 
-    jobs = [(case, mode) for case in cases for mode in case_modes(case)]
-    async with client:
+    jobs = [(case, mode) for case in cases for mode in case_modes(case) if case.endpoint != "preflight"]
+    async with clients:
         await asyncio.gather(*(one(case, mode) for case, mode in jobs))
     return len(jobs)
 

@@ -67,24 +67,39 @@ def forcing_fields(choice: str) -> dict[str, Any]:
     return {"can_force": True if choice == "trust" else None}
 
 
-def make_client(target: Target):
-    from openai import AsyncOpenAI
+@dataclass
+class Clients:
+    """One run's connections: `api`, the openai client every API request goes through, and `http`,
+    the HTTP client under it (one connection pool, one TLS context), which also sends what a
+    browser sends and openai-python cannot: CORS preflights."""
 
-    return AsyncOpenAI(
-        base_url=target.base_url,
-        api_key=target.api_key,
-        max_retries=0,
-        timeout=target.timeout,
-    )
+    api: Any  # openai.AsyncOpenAI
+    http: Any  # httpx2.AsyncClient
+
+    async def __aenter__(self) -> Clients:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.api.close()  # closes `http` too
 
 
-async def fetch_server_version(client: Any, target: Target) -> str | None:
+def make_clients(target: Target) -> Clients:
+    from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+
+    http = DefaultAsyncHttpxClient(timeout=target.timeout)  # the SDK's own defaults (limits, redirects)
+    api = AsyncOpenAI(base_url=target.base_url, api_key=target.api_key, max_retries=0, timeout=target.timeout,
+                      http_client=http)
+    return Clients(api, http)
+
+
+async def fetch_server_version(clients: Clients, target: Target) -> str | None:
     """vLLM answers GET /version with {"version": "..."}; None when the server has no such route."""
     import httpx2
     import openai
 
     try:
-        reply = await client.get(f"{target.root_url}/version", cast_to=httpx2.Response, options={"timeout": 10})
+        reply = await clients.api.get(f"{target.root_url}/version", cast_to=httpx2.Response,
+                                      options={"timeout": 10})
         return str(reply.json()["version"])
     except (openai.APIError, ValueError, KeyError, TypeError):
         return None
@@ -141,7 +156,7 @@ def _describe(exc: BaseException, timeout: float) -> str:
 
 
 async def send(
-    client: Any,
+    clients: Clients,
     target: Target,
     case: Any,
     mode: str,
@@ -169,13 +184,13 @@ async def send(
     )
     start = time.monotonic()
     if case.endpoint == "preflight":
-        await _send_preflight(target, transcript)
+        await _send_preflight(clients.http, target, transcript)
         transcript.duration = round(time.monotonic() - start, 6)
         return transcript
     path = "/responses" if case.endpoint == "responses" else "/chat/completions"
     try:
         async with asyncio.timeout(target.timeout):
-            response = await client.post(path, body=body, cast_to=httpx2.Response,
+            response = await clients.api.post(path, body=body, cast_to=httpx2.Response,
                                          options={"headers": {RAW_RESPONSE_HEADER: "stream"}})
             try:
                 transcript.status = response.status_code
@@ -199,7 +214,7 @@ async def send(
     return transcript
 
 
-async def _send_preflight(target: Target, transcript: Transcript) -> None:
+async def _send_preflight(http: Any, target: Target, transcript: Transcript) -> None:
     """Send a CORS preflight as a browser does (no credentials, no API key) and record the status,
     the response headers and the body text in `transcript.response`."""
     import httpx2
@@ -209,8 +224,7 @@ async def _send_preflight(target: Target, transcript: Transcript) -> None:
     if request.get("headers"):
         headers["Access-Control-Request-Headers"] = ", ".join(request["headers"])
     try:
-        async with httpx2.AsyncClient(timeout=target.timeout) as http:
-            reply = await http.options(target.base_url.rstrip("/") + request["path"], headers=headers)
+        reply = await http.options(target.base_url.rstrip("/") + request["path"], headers=headers)
         transcript.status = reply.status_code
         transcript.response = {"headers": {name.lower(): value for name, value in reply.headers.items()},
                                "body": reply.text}

@@ -23,7 +23,7 @@ from conformance.driver import (
     DEFAULT_CONCURRENCY,
     Target,
     fetch_server_version,
-    make_client,
+    make_clients,
     request_body,
     send,
 )
@@ -221,9 +221,9 @@ async def run_async(
     progress: bool = False,
 ) -> RunOutput:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    async with make_client(target) as client:
+    async with make_clients(target) as clients:
         if target.version is None:
-            target = replace(target, version=await fetch_server_version(client, target))
+            target = replace(target, version=await fetch_server_version(clients, target))
         target = await resolve_forcing(target, cases, natural)
         writers = None
         if out_dir is not None:
@@ -239,7 +239,7 @@ async def run_async(
                 transcript = _skipped(case, target, mode, repeat_index, skip)
             else:
                 async with semaphore:
-                    transcript = await send(client, target, case, mode, forcing=forcing, natural=natural,
+                    transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
                                             repeat=repeat_index)
                     if forcing is not None and transcript.status == 200 and case.endpoint == "chat":
                         transcript.forcing_problems = await asyncio.to_thread(
