@@ -5,9 +5,10 @@ Requests go through the async `openai` client (`AsyncOpenAI`, retries off) as it
 `with_streaming_response` does): the raw SSE lines are recorded as they arrive (a broken stream is
 recorded as far as it got, never "fixed" by the SDK). The typed `create()` methods would only walk
 the body once more to produce the same JSON; openai-python's own reading of the stream is judged
-apart, by replaying the recording (`conformance.checks.finding_client_replay`). Whatever goes wrong (refused
-connection, timeout, a connection dropped mid-stream) ends up in the transcript, not as an
-exception.
+apart, by replaying the recording (`conformance.checks.finding_client_replay`). A CORS preflight
+(`endpoint: preflight`) goes out as a browser sends it, through the HTTP client under the openai
+client (`Clients`). Whatever goes wrong (refused connection, timeout, a connection dropped
+mid-stream) ends up in the transcript, not as an exception.
 """
 
 from __future__ import annotations
