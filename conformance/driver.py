@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -121,6 +122,29 @@ def request_body(case: Any, mode: str, model: str, forcing: Mapping[str, Any] | 
     return body
 
 
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
+
+
+async def _sse_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The lines of an event stream, split where the SSE spec splits them: at CRLF, LF or CR only.
+    (httpx's `aiter_lines` splits like `str.splitlines`, so also inside a JSON string at U+0085,
+    U+2028 or U+2029, which vLLM writes unescaped: a model that outputs one would look like a
+    broken stream.)"""
+    rest, after_cr = b"", False
+    async for chunk in chunks:
+        if not chunk:
+            continue
+        if after_cr and chunk.startswith(b"\n"):  # the LF of a CRLF split between two reads
+            chunk = chunk[1:]
+        data = rest + chunk
+        *lines, rest = _LINE_BREAK.split(data)
+        after_cr = data.endswith(b"\r")
+        for line in lines:
+            yield line.decode("utf-8", "replace")
+    if rest:
+        yield rest.decode("utf-8", "replace")
+
+
 async def _sse_payloads(lines: AsyncIterator[str]) -> AsyncIterator[str]:
     """The `data:` payload of each SSE event (multi-line data joined with newlines)."""
     data: list[str] = []
@@ -196,7 +220,7 @@ async def send(
             try:
                 transcript.status = response.status_code
                 if mode == "stream":
-                    async for data in _sse_payloads(response.aiter_lines()):
+                    async for data in _sse_payloads(_sse_lines(response.aiter_bytes())):
                         transcript.sse.append(SseLine(data, round(time.monotonic() - start, 6)))
                 else:
                     parsed = _body_of(await response.aread())

@@ -13,7 +13,9 @@ real vLLM). The scenario is the content of the request's last user message:
 * `stall`: the role chunk, then nothing for `stall_seconds`;
 * `refuse`: HTTP 400 with a vLLM-style error body (param `tool_choice`);
 * `no-done`: a complete stream without the final `data: [DONE]`;
-* `plain`: just the content "It is sunny." and no tool call (a model that ignores the tools).
+* `plain`: just the content "It is sunny." and no tool call (a model that ignores the tools);
+* `separators`: content with U+0085, U+2028 and U+2029 written unescaped, events ended by CRLF
+  and every write cut between the CR and the LF.
 
 `requests` records every JSON body received, in order; `authorizations` the Authorization header of each.
 
@@ -76,14 +78,16 @@ def good_stream(incremental: bool = False) -> list[dict[str, Any]]:
 
 
 PLAIN = "It is sunny."
+PAUSE = 0.02  # seconds
+SEPARATED = "a\x85b\u2028c\u2029d"  # line breaks to str.splitlines, ordinary characters to JSON and SSE
 
 
-def plain_stream() -> list[dict[str, Any]]:
-    return [chunk({"role": "assistant", "content": ""}), chunk({"content": PLAIN}), chunk({}, "stop")]
+def plain_stream(content: str = PLAIN) -> list[dict[str, Any]]:
+    return [chunk({"role": "assistant", "content": ""}), chunk({"content": content}), chunk({}, "stop")]
 
 
-def plain_response() -> dict[str, Any]:
-    message = {"role": "assistant", "content": PLAIN, "reasoning": None}
+def plain_response(content: str = PLAIN) -> dict[str, Any]:
+    message = {"role": "assistant", "content": content, "reasoning": None}
     return {**good_response(), "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
 
 
@@ -153,13 +157,15 @@ class FakeServer:
                 if not body.get("stream"):
                     if scenario == "garbage":
                         return self._raw(200, b"{not json", "application/json")
-                    return self._json(200, plain_response() if scenario == "plain" else good_response())
+                    if scenario in ("plain", "separators"):
+                        return self._json(200, plain_response(SEPARATED if scenario == "separators" else PLAIN))
+                    return self._json(200, good_response())
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
                 for line in server._stream_lines(scenario):
-                    if line is None:
-                        time.sleep(server.stall_seconds)
+                    if line is None or isinstance(line, float):
+                        time.sleep(server.stall_seconds if line is None else line)
                         continue
                     try:
                         self.wfile.write(line)
@@ -183,13 +189,21 @@ class FakeServer:
     def _event(payload: Any) -> bytes:
         return b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"
 
-    def _stream_lines(self, scenario: str) -> Iterator[bytes | None]:
-        """The bytes to send, in order; None means: stall."""
+    def _stream_lines(self, scenario: str) -> Iterator[bytes | float | None]:
+        """The bytes to send, in order; None means: stall; a number: pause that many seconds."""
         chunks = good_stream(incremental=scenario == "ok-incremental")
         done = b"data: [DONE]\n\n"
         if scenario == "plain":
             yield from (self._event(c) for c in plain_stream())
             yield done
+        elif scenario == "separators":
+            for event in plain_stream(SEPARATED):
+                yield b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\r\n\r"
+                yield PAUSE  # so that the LF arrives in a read of its own
+                yield b"\n"
+            yield b"data: [DONE]\r\n\r"
+            yield PAUSE
+            yield b"\n"
         elif scenario in ("ok", "ok-incremental"):
             yield from (self._event(c) for c in chunks)
             yield done

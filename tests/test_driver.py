@@ -5,6 +5,7 @@ Each broken shape must become `error` or `fail` with a clear reason, and the run
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -13,6 +14,8 @@ from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from hypothesis import assume, example, given
+from hypothesis import strategies as st
 
 from conformance.cli import main
 from conformance.driver import Target, request_body
@@ -315,6 +318,28 @@ def test_a_preflight_is_sent_as_a_browser_sends_it_and_judged_on_status_headers_
     assert [r.to_dict() for r in rechecked] == [r.to_dict() for r in output.results]
 
 
+def test_line_separators_inside_json_strings_do_not_split_an_event(tmp_path):
+    """SSE lines end at CRLF, LF or CR only; U+0085, U+2028 and U+2029 in content are characters."""
+    from tests.fake_server import SEPARATED
+
+    cases = list(load_cases(tmp_path, f"""
+- id: separators
+  description: Content holding characters that str.splitlines treats as line breaks arrives whole.
+  features: [content]
+  request:
+    messages: [{{role: user, content: separators}}]
+  expect:
+    hf:
+      message: {{content: {json.dumps(SEPARATED)}}}
+      finish_reason: stop
+""").values())
+    with fake_server() as server:
+        output = run(cases, Target(base_url=server.base_url, model="fake", profile="hf", can_force=True), tmp_path / "o")
+    assert {r.mode: (r.outcome, r.reason) for r in output.results} == {"non-stream": ("pass", ""), "stream": ("pass", "")}
+    [stream] = [t for t in read_transcripts(tmp_path / "o" / "transcripts.jsonl") if t.mode == "stream"]
+    assert [line.data for line in stream.sse][-1] == "[DONE]" and len(stream.sse) == 4
+
+
 def test_a_probe_answered_with_garbage_does_not_crash_the_run(cases, tmp_path):
     class NotJson(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -379,3 +404,27 @@ def test_an_interrupted_run_still_reports_what_it_had_judged(cases_dir, tmp_path
     report = (out / "report.md").read_text()
     assert "interrupted after 2 of 4 results" in report and "2 results: 2 pass" in report
     assert (out / "report.html").is_file() and (out / "junit.xml").is_file()
+
+
+@example(lines=["a", "b"], breaks=["\r\n"], cuts=[2])  # the LF of a CRLF in the next read
+@example(lines=["a\x85b\u2028c"], breaks=["\n"], cuts=[2])  # inside a character's UTF-8 bytes
+@given(lines=st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)))),
+       breaks=st.lists(st.sampled_from(["\r\n", "\n", "\r"]), min_size=1), cuts=st.lists(st.integers(0, 400)))
+def test_event_stream_lines_end_at_crlf_lf_or_cr_however_the_bytes_arrive(lines, breaks, cuts):
+    from conformance.driver import _sse_lines
+
+    ends = [breaks[i % len(breaks)] for i in range(len(lines))]
+    # a CR, then an empty line ended by LF, is one CRLF to any reader: not two lines to expect
+    assume(not any(end == "\r" and lines[i + 1] == "" and ends[i + 1] == "\n" for i, end in enumerate(ends[:-1])))
+    raw = "".join(line + end for line, end in zip(lines, ends)).encode()
+    edges = sorted({0, len(raw), *(cut for cut in cuts if cut < len(raw))})
+    pieces = [raw[a:b] for a, b in zip(edges, edges[1:])]
+
+    async def arrive():
+        for piece in pieces:
+            yield piece
+
+    async def collect():
+        return [line async for line in _sse_lines(arrive())]
+
+    assert asyncio.run(collect()) == lines
