@@ -290,8 +290,9 @@ def _innermost(errors: Iterable[Any]) -> Iterator[Any]:
 
 @functools.cache
 def _shape_validator(definition: str) -> Any:
-    import jsonschema
     from importlib import resources
+
+    import jsonschema
 
     schema = json.loads(resources.files("conformance.schemas").joinpath("response-shape.schema.json").read_text())
     return jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{definition}"})

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from conformance.forcing import (
     ForcingUnsupported,
+    ServerTokenizer,
     exact_regex,
     forced_text,
     forcing_extra_body,
-    ServerTokenizer,
     probe_forcing,
     token_ids_of,
     token_ids_of_stream,
