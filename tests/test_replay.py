@@ -82,3 +82,39 @@ def test_the_strict_path_is_taken_for_a_well_formed_chunk_and_not_for_a_coercibl
     # pydantic in lax mode would turn "0" into 0; the SDK keeps the string, and so do we
     coercible = {**well_formed, "choices": [{**well_formed["choices"][0], "index": "0"}]}
     assert sdk_object(ChatCompletionChunk, coercible).choices[0].index == "0"
+
+
+def pieces(text: str, cuts: list[int]) -> list[str]:
+    edges = sorted({0, len(text), *(cut % (len(text) + 1) for cut in cuts)})
+    return [text[a:b] for a, b in zip(edges, edges[1:])]
+
+
+@settings(max_examples=150, deadline=None)
+@given(reasoning=st.text(max_size=20), content=st.text(max_size=20),
+       arguments=st.dictionaries(st.text(max_size=5), st.integers() | st.text(max_size=8), max_size=3),
+       cuts=st.lists(st.integers(0, 40), max_size=6), whole=st.booleans())
+def test_the_message_does_not_depend_on_where_the_stream_is_cut(reasoning, content, arguments, cuts, whole):
+    """Our reassembly and openai-python's accumulator give the same message however the server
+    cuts reasoning, content and arguments into deltas (whole calls as hf sends them, or the name
+    first and then argument fragments as hermes does)."""
+    import json
+
+    def delta(fields: dict, finish_reason: str | None = None) -> dict:
+        return {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                "choices": [{"index": 0, "delta": fields, "finish_reason": finish_reason}]}
+
+    text = json.dumps(arguments)
+    head = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather"}}
+    calls = ([{**head, "function": {"name": "get_weather", "arguments": text}}] if whole else
+             [head] + [{"index": 0, "function": {"arguments": piece}} for piece in pieces(text, cuts)])
+    chunks = [delta({"role": "assistant", "content": ""}),
+              *(delta({"reasoning": piece}) for piece in pieces(reasoning, cuts)),
+              *(delta({"content": piece}) for piece in pieces(content, cuts)),
+              *(delta({"tool_calls": [call]}) for call in calls),
+              delta({}, "tool_calls")]
+    transcript = stream_transcript(chunks)
+    reading = read_stream(transcript)
+    message = reading.message
+    assert (message.reasoning, message.content) == (reasoning or None, content or None)
+    assert [(call.name, json.loads(call.arguments)) for call in message.tool_calls] == [("get_weather", arguments)]
+    assert checks.finding_client_replay(transcript, reading).outcome == "pass"
