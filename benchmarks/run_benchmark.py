@@ -67,10 +67,9 @@ def measure(work: Any) -> tuple[Any, float, float]:
 
 def tool_run(cases: Sequence[Any], target: Any, markers: Sequence[str], out: Path, concurrency: int) -> Any:
     from conformance.engine import run, write_reports
-    from conformance.transcript import TRANSCRIPTS_FILE, read_transcripts
 
     output = run(cases, target, out, concurrency=concurrency, markers=markers)
-    write_reports(out, output.results, output.stamp, read_transcripts(out / TRANSCRIPTS_FILE))
+    write_reports(out, output.results, output.stamp, output.transcripts)
     return output
 
 

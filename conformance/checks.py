@@ -22,7 +22,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.cases import MESSAGE_FIELDS
 from conformance.fixture import MARKER_TOKENS
+from conformance.forcing import VERIFIED_ENDPOINTS
 from conformance.transcript import Transcript
 
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
@@ -31,7 +33,7 @@ BLOCKING_KINDS = (CONTRACT, EXPECTATION)
 
 # Qwen3/Hermes delimiters: the markers checked when the served checkpoint's template is unknown.
 DEFAULT_MARKERS = MARKER_TOKENS
-MESSAGE_FIELDS = ("reasoning", "content", "tool_calls")
+VIEW_FIELDS = (*MESSAGE_FIELDS, "finish_reason")  # what message comparisons look at
 REASONING_KEYS = ("reasoning", "reasoning_content")
 RESPONSES_TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 
@@ -365,7 +367,7 @@ def _json_or_raw(arguments: str | None) -> Any:
         return {"raw": arguments}
 
 
-def message_view(message: Message, fields: Sequence[str] = MESSAGE_FIELDS + ("finish_reason",)) -> dict[str, Any]:
+def message_view(message: Message, fields: Sequence[str] = VIEW_FIELDS) -> dict[str, Any]:
     """A comparable, JSON-friendly view: empty texts as null, arguments as JSON values when they parse."""
     view: dict[str, Any] = {}
     if "reasoning" in fields:
@@ -398,7 +400,7 @@ def expected_view(case: Any, profile: str, mode: str) -> dict[str, Any] | None:
 
 
 def _expected_call_view(call: Any) -> dict[str, Any]:
-    if call.arguments_raw is not None:
+    if call.is_raw:
         return {"name": call.name, "arguments": {"raw": call.arguments_raw}}
     return {"name": call.name, "arguments": {"json": {} if call.arguments is None else call.arguments}}
 
@@ -590,7 +592,7 @@ def _compare_views(name: str, kind: str, expected: Mapping[str, Any], actual: Ma
 def check_stream_equals_non_stream(
     stream: Message, non_stream: Message, skip_fields: set[str]
 ) -> Check:
-    fields = [f for f in MESSAGE_FIELDS + ("finish_reason",) if f not in skip_fields]
+    fields = [f for f in VIEW_FIELDS if f not in skip_fields]
     suffix = f" (known differences skipped: {', '.join(sorted(skip_fields))})" if skip_fields else ""
     return _compare_views("stream_equals_non_stream", CONTRACT, message_view(non_stream, fields),
                           message_view(stream, fields),
@@ -818,7 +820,7 @@ def judge(
     checks.append(check_marker_leaks(message, expected, markers))
     checks.append(check_arguments_schema(message, case.tool_parameters()))
     checks.append(finding_reasoning_field(message))
-    if transcript.forced and transcript.endpoint == "chat":
+    if transcript.forced and transcript.endpoint in VERIFIED_ENDPOINTS:
         checks.append(finding_forced_output(transcript))
     if reading is not None:
         checks.append(finding_tool_call_streaming(reading))

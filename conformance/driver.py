@@ -112,9 +112,10 @@ def request_body(case: Any, mode: str, model: str, forcing: Mapping[str, Any] | 
     For `endpoint: responses`, `messages` become `input` and everything else is sent as given (the
     case loader already flattened the tools; cases/README.md). A preflight has no body: its
     request (origin, method, headers, path) is recorded as the case gives it."""
+    request = json.loads(json.dumps(case.request))  # a deep copy: the case stays as loaded
     if case.endpoint == "preflight":
-        return {"path": DEFAULT_PREFLIGHT_PATH, **json.loads(json.dumps(case.request))}
-    body: dict[str, Any] = {"model": model, **json.loads(json.dumps(case.request)), "stream": mode == "stream"}
+        return {"path": DEFAULT_PREFLIGHT_PATH, **request}
+    body: dict[str, Any] = {"model": model, **request, "stream": mode == "stream"}
     if case.endpoint == "responses" and "messages" in body:
         body["input"] = body.pop("messages")
     if forcing:

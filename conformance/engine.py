@@ -27,7 +27,7 @@ from conformance.driver import (
     request_body,
     send,
 )
-from conformance.forcing import ServerTokenizer
+from conformance.forcing import VERIFIED_ENDPOINTS, ServerTokenizer
 from conformance.report.stamp import make_stamp
 from conformance.results import (
     RESULTS_FILE,
@@ -49,6 +49,12 @@ class RunOutput:
     results: list[CaseResult]
     summary: Summary
     stamp: dict[str, Any]
+    transcripts: list[Transcript]  # in the order they were recorded (as in transcripts.jsonl)
+
+
+def request_count(cases: Sequence[Any], repeat: int = 1) -> int:
+    """How many requests (and so results) a run of `cases` makes."""
+    return sum(len(case_modes(case)) for case in cases) * repeat
 
 
 def case_modes(case: Any) -> tuple[str, ...]:
@@ -230,7 +236,8 @@ async def run_async(
             writers = (JsonLinesWriter(out_dir / TRANSCRIPTS_FILE), JsonLinesWriter(out_dir / RESULTS_FILE))
         semaphore = asyncio.Semaphore(max(1, concurrency))
         results: list[CaseResult] = []
-        bar = _Progress(sum(len(case_modes(c)) for c in cases) * repeat, progress)
+        transcripts: list[Transcript] = []
+        bar = _Progress(request_count(cases, repeat), progress)
         tokenizer = ServerTokenizer(target.root_url, target.model, target.api_key)
 
         async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
@@ -241,17 +248,18 @@ async def run_async(
                 async with semaphore:
                     transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
                                             repeat=repeat_index)
-                    if forcing is not None and transcript.status == 200 and case.endpoint == "chat":
+                    if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
                         transcript.forcing_problems = await asyncio.to_thread(
                             verify_forcing, tokenizer, case, transcript, markers)
+            transcripts.append(transcript)
             if writers:
                 writers[0].write(transcript.to_dict())
             return transcript
 
         async def one_case(case: Any, repeat_index: int) -> None:
             modes = case_modes(case)
-            transcripts = await asyncio.gather(*(one_request(case, mode, repeat_index) for mode in modes))
-            for result in judge_group(case, dict(zip(modes, transcripts)), markers):
+            recorded = await asyncio.gather(*(one_request(case, mode, repeat_index) for mode in modes))
+            for result in judge_group(case, dict(zip(modes, recorded)), markers):
                 results.append(result)
                 if writers:
                     writers[1].write(result.to_dict())
@@ -268,7 +276,8 @@ async def run_async(
             if writers:
                 for writer in writers:
                     writer.close()
-    return RunOutput(results, summarize(results), make_stamp(target.stamp().__dict__, recorded_at=started))
+    stamp = make_stamp(target.stamp().__dict__, recorded_at=started)
+    return RunOutput(results, summarize(results), stamp, transcripts)
 
 
 def run(cases: Sequence[Any], target: Target, out_dir: Path | None, **options: Any) -> RunOutput:

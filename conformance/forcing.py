@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 
 from conformance.fixture import MARKER_TOKENS
 
-DEFAULT_MARKERS = MARKER_TOKENS  # the Qwen3/Hermes delimiters the tiny checkpoint uses too
+VERIFIED_ENDPOINTS = frozenset({"chat"})  # token ids are read from Chat Completions answers only
 PROBE_TEXT = "<think>\nok\n</think>\n\nok"
 
 _REGEX_SPECIAL = set("\\.^$|?*+()[]{}-")
@@ -125,7 +125,7 @@ def verify_forced_output(
     tokenizer: ServerTokenizer,
     raw_text: str,
     token_ids: Sequence[int] | None,
-    markers: Sequence[str] = DEFAULT_MARKERS,
+    markers: Sequence[str] = MARKER_TOKENS,
     truncated: bool = False,
 ) -> list[str]:
     """Problems with a forced output (empty list: the text is exact and canonically tokenized).

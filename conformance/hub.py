@@ -109,7 +109,7 @@ def _redact(message: str, settings: HubSettings) -> str:
     return message.replace(settings.token, "***") if settings.token else message
 
 
-def _classify(exc: BaseException, repo: str, filename: str) -> FetchError:
+def _classify(exc: BaseException, filename: str) -> FetchError:
     """Map a huggingface_hub / httpx failure to a failure kind with a readable message."""
     import httpx2
     from huggingface_hub import errors
@@ -136,7 +136,7 @@ def _classify(exc: BaseException, repo: str, filename: str) -> FetchError:
     if isinstance(exc, httpx2.HTTPError):
         return FetchError(NETWORK_ERROR, f"{filename}: {type(exc).__name__}: {exc}")
     if isinstance(exc, errors.LocalEntryNotFoundError) and exc.__cause__ is not None:
-        return _classify(exc.__cause__, repo, filename)
+        return _classify(exc.__cause__, filename)
     if isinstance(exc, OSError) and "Consistency check failed" in str(exc):
         return FetchError(NETWORK_ERROR, f"{filename} arrived incomplete (truncated download)")
     return FetchError(NETWORK_ERROR, f"{filename}: {type(exc).__name__}: {exc}")
@@ -223,7 +223,7 @@ def fetch_checkpoint(repo: str, revision: str, settings: HubSettings) -> Fetched
         if "chat_template.json" in result.files:
             read_json_file(result.files["chat_template.json"], "chat_template.json")
     except Exception as exc:  # every failure is a state of this checkpoint, never a crash of the run
-        failure = _classify(exc, repo, filename)
+        failure = _classify(exc, filename)
         result.status, result.error = failure.kind, _redact(str(failure), settings)
         result.tokenizer_config = None
     return result

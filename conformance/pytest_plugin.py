@@ -143,7 +143,6 @@ def _results(session: pytest.Session) -> dict[tuple[str, str], Any]:
 def _run_selection(session: pytest.Session) -> dict[tuple[str, str], Any]:
     from conformance.driver import Target
     from conformance.engine import run, write_reports
-    from conformance.transcript import TRANSCRIPTS_FILE, read_transcripts
 
     state, option = session.config.stash[_STATE], session.config.getoption
     selected = {item.case.id: item.case for item in session.items if isinstance(item, ConformanceItem)}
@@ -154,5 +153,5 @@ def _run_selection(session: pytest.Session) -> dict[tuple[str, str], Any]:
     output = run(list(selected.values()), target, out_dir, concurrency=option("conformance_concurrency"),
                  markers=state["markers"])
     if out_dir is not None:
-        write_reports(out_dir, output.results, output.stamp, read_transcripts(out_dir / TRANSCRIPTS_FILE))
+        write_reports(out_dir, output.results, output.stamp, output.transcripts)
     return {(r.case_id, r.mode): r for r in output.results}

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import exit_codes
-from conformance.checks import BLOCKING_KINDS, ERROR, FAIL, FINDING, PASS, SCHEMA, SKIP, Check
+from conformance.checks import BLOCKING_KINDS, ERROR, EXPECTATION, FAIL, FINDING, PASS, SCHEMA, SKIP, Check
 from conformance.transcript import Transcript, TranscriptError, iter_json_lines
 
 OUTCOMES = (PASS, FAIL, SKIP, ERROR)
@@ -44,10 +44,6 @@ class CaseResult:
         """Readable id, e.g. `reasoning-then-one-call[stream]`."""
         return f"{self.case_id}[{self.mode}]"
 
-    def findings(self) -> dict[str, Any]:
-        """Finding checks as {name: observed value or outcome}, e.g. reasoning_field, client_replay."""
-        return {c.name: c.actual if c.actual is not None else c.outcome for c in self.checks if c.kind == "finding"}
-
     def failed_checks(self) -> list[Check]:
         return [c for c in self.checks if c.outcome in (FAIL, ERROR) and c.kind in BLOCKING_KINDS]
 
@@ -73,7 +69,7 @@ def outcome_of(checks: Sequence[Check]) -> tuple[str, str, bool]:
     failures = [c for c in checks if c.outcome == FAIL and c.kind in BLOCKING_KINDS]
     if failures:
         return FAIL, "; ".join(f"{c.name}: {c.reason}" for c in failures), False
-    skipped = next((c for c in checks if c.outcome == SKIP and (c.kind == "expectation" or c.name == "request")), None)
+    skipped = next((c for c in checks if c.outcome == SKIP and (c.kind == EXPECTATION or c.name == "request")), None)
     if skipped is not None:  # not sent, a model miss, or nothing to compare against
         return SKIP, skipped.reason, skipped.name == "natural"
     return PASS, "", False
@@ -129,6 +125,14 @@ class Summary:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def summaries_by_profile(results: Iterable[CaseResult]) -> dict[str, Summary]:
+    """One summary per profile, profiles in name order."""
+    by_profile: dict[str, list[CaseResult]] = {}
+    for result in results:
+        by_profile.setdefault(result.profile, []).append(result)
+    return {profile: summarize(by_profile[profile]) for profile in sorted(by_profile)}
 
 
 def summarize(results: Iterable[CaseResult]) -> Summary:

@@ -170,10 +170,6 @@ class ServerProcess:
                     log_path=log_path,
                 ) from error
 
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
     def wait_until_healthy(self, timeout: float = 300) -> Server:
         """Block until /health answers; raise ServerStartError (with the server's error line) if it
         exits first or `timeout` seconds pass. Does not stop the process: call `stop`."""

@@ -105,10 +105,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out_dir: Path,
                     args: argparse.Namespace) -> int:
-    from conformance.engine import case_modes
+    from conformance.engine import request_count
     from conformance.engine import run as run_engine
     from conformance.engine import write_reports
-    from conformance.transcript import TRANSCRIPTS_FILE, read_transcripts
 
     try:
         output = run_engine(
@@ -116,8 +115,8 @@ def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out
             markers=markers, progress=True,
         )  # fmt: skip
     except KeyboardInterrupt:
-        return _report_interrupted_run(out_dir, expected=sum(len(case_modes(c)) for c in cases) * args.repeat)
-    paths = write_reports(out_dir, output.results, output.stamp, read_transcripts(out_dir / TRANSCRIPTS_FILE))
+        return _report_interrupted_run(out_dir, expected=request_count(cases, args.repeat))
+    paths = write_reports(out_dir, output.results, output.stamp, output.transcripts)
     print(output.summary.line())
     for kind, path in paths.items():
         print(f"{kind}: {path}")

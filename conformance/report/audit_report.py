@@ -78,8 +78,10 @@ def _revision(checkpoint: dict) -> str:
     if checkpoint["source"] == "local":
         return "(local)"
     commit = checkpoint["commit"]
-    if commit is None or commit == checkpoint["revision"]:
-        return checkpoint["revision"] if commit is None else commit[:12]
+    if commit is None:
+        return checkpoint["revision"]
+    if commit == checkpoint["revision"]:
+        return commit[:12]
     return f"{checkpoint['revision']} → {commit[:12]}"
 
 

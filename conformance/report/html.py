@@ -14,7 +14,14 @@ from typing import Any
 from conformance.checks import Message, read_stream, response_message
 from conformance.forcing import forced_text
 from conformance.report.stamp import stamp_lines
-from conformance.results import OUTCOMES, CaseResult, failed_findings, finding_counts, summarize
+from conformance.results import (
+    OUTCOMES,
+    CaseResult,
+    failed_findings,
+    finding_counts,
+    summaries_by_profile,
+    summarize,
+)
 from conformance.transcript import Transcript
 
 STYLE = """
@@ -119,8 +126,7 @@ def _transcript_section(transcript: Transcript | None) -> str:
 def _outcomes_table(results: Sequence[CaseResult]) -> str:
     header = "".join(f"<th class='{o}'>{o}</th>" for o in OUTCOMES)
     rows = []
-    for profile in sorted({r.profile for r in results}):
-        summary = summarize(r for r in results if r.profile == profile)
+    for profile, summary in summaries_by_profile(results).items():
         cells = "".join(f"<td>{summary.counts[o]}</td>" for o in OUTCOMES)
         rows.append(f"<tr><td>{escape(profile)}</td>{cells}<td>{summary.model_misses}</td></tr>")
     return f"<table><tr><th>profile</th>{header}<th>model miss</th></tr>{''.join(rows)}</table>"

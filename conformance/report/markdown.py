@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from conformance.results import CaseResult, failed_findings, finding_counts, summarize
+from conformance.results import OUTCOMES, CaseResult, failed_findings, finding_counts, summaries_by_profile, summarize
 from conformance.report.stamp import stamp_lines
 
 MAX_ROWS = 150
@@ -40,12 +40,9 @@ def render(results: Sequence[CaseResult], stamp: Mapping[str, Any]) -> str:
     lines = [f"# {ICONS[summary.exit_outcome]} Conformance run", ""]
     lines += _table(["", ""], stamp_lines(stamp)) + ["", f"**{summary.line()}**", ""]
 
-    profiles = sorted({r.profile for r in results})
-    rows = []
-    for profile in profiles:
-        s = summarize(r for r in results if r.profile == profile)
-        rows.append([profile, *(s.counts[o] for o in ("pass", "fail", "skip", "error")), s.model_misses])
-    lines += ["## Outcomes by profile", ""] + _table(["profile", "pass", "fail", "skip", "error", "model miss"], rows)
+    rows = [[profile, *(s.counts[o] for o in OUTCOMES), s.model_misses]
+            for profile, s in summaries_by_profile(results).items()]
+    lines += ["## Outcomes by profile", ""] + _table(["profile", *OUTCOMES, "model miss"], rows)
 
     bad = [r for r in results if r.outcome in ("fail", "error")]
     if bad:
