@@ -20,7 +20,7 @@ from conformance.template import (
     analyze_template,
 )
 
-OK = "ok"
+OK = hub.OK
 TEMPLATE_TIMEOUT = "template_timeout"
 ANALYSIS_ERROR = "analysis_error"  # the analysis worker itself failed: a tool problem
 # Statuses that say something about the checkpoint itself (exit 1); any other failure means the audit
@@ -34,7 +34,7 @@ class CheckpointAudit:
     source: str  # "hub" or "local"
     revision: str | None  # as asked (None for local)
     commit: str | None  # resolved commit (None for local or when fetching failed)
-    status: str  # "ok" or a failure kind
+    status: str  # OK or a failure kind
     error: str | None = None
     files: list[str] = field(default_factory=list)
     template: TemplateAnalysis | None = None
@@ -86,9 +86,7 @@ def audit_local(directory: Path) -> CheckpointAudit:
         audit.status, audit.error = hub.NOT_FOUND, f"{config_path}: no such file"
         return audit
     try:
-        tokenizer_config = hub.read_tokenizer_config(config_path)
-        if "chat_template.json" in audit.files:
-            hub.read_json_file(directory / "chat_template.json", "chat_template.json")
+        tokenizer_config = hub.read_checkpoint_files({name: directory / name for name in audit.files})
     except hub.FetchError as exc:
         audit.status, audit.error = exc.kind, f"{directory}/{exc}"
         return audit

@@ -292,12 +292,11 @@ def _innermost(errors: Iterable[Any]) -> Iterator[Any]:
 
 @functools.cache
 def _shape_validator(definition: str) -> Any:
-    from importlib import resources
-
     import jsonschema
 
-    schema = json.loads(resources.files("conformance.schemas").joinpath("response-shape.schema.json").read_text())
-    return jsonschema.Draft202012Validator({**schema, "$ref": f"#/$defs/{definition}"})
+    from conformance.checkpoints import load_schema
+
+    return jsonschema.Draft202012Validator({**load_schema("response-shape.schema.json"), "$ref": f"#/$defs/{definition}"})
 
 
 def _list_of(value: Any) -> list[str]:

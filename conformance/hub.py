@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +25,7 @@ MAX_FILE_BYTES = 5 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_WORKERS = 16
 
-# Failure kinds a checkpoint can end in (besides "ok").
+OK = "ok"  # a checkpoint fetched and read; otherwise it ends in one of these failure kinds:
 NOT_FOUND, UNAUTHORIZED, GATED = "not_found", "unauthorized", "gated"
 SERVER_ERROR, TIMEOUT, NETWORK_ERROR = "server_error", "timeout", "network_error"
 TOO_LARGE, INVALID_JSON, NOT_CACHED, UNREADABLE = "too_large", "invalid_json", "not_cached", "unreadable"
@@ -69,7 +69,7 @@ class FetchedCheckpoint:
     repo: str
     revision: str
     commit: str | None = None
-    status: str = "ok"
+    status: str = OK
     error: str | None = None
     files: dict[str, Path] = field(default_factory=dict)  # the files the repo has, as cached on disk
     tokenizer_config: dict | None = None
@@ -202,6 +202,15 @@ def _fetch_optional(repo: str, filename: str, commit: str, settings: HubSettings
         return None
 
 
+def read_checkpoint_files(files: Mapping[str, Path]) -> dict[str, Any]:
+    """The tokenizer config of a checkpoint's files (name -> path), after checking that each JSON
+    file among them reads; raises FetchError."""
+    config = read_tokenizer_config(files[TOKENIZER_CONFIG])
+    if "chat_template.json" in files:
+        read_json_file(files["chat_template.json"], "chat_template.json")
+    return config
+
+
 def _is_commit(revision: str) -> bool:
     from conformance.checkpoints import COMMIT_SHA
 
@@ -219,9 +228,7 @@ def fetch_checkpoint(repo: str, revision: str, settings: HubSettings) -> Fetched
         for filename in OPTIONAL_FILES:
             if (path := _fetch_optional(repo, filename, result.commit, settings)) is not None:
                 result.files[filename] = path
-        result.tokenizer_config = read_tokenizer_config(config_path)
-        if "chat_template.json" in result.files:
-            read_json_file(result.files["chat_template.json"], "chat_template.json")
+        result.tokenizer_config = read_checkpoint_files(result.files)
     except Exception as exc:  # every failure is a state of this checkpoint, never a crash of the run
         failure = _classify(exc, filename)
         result.status, result.error = failure.kind, _redact(str(failure), settings)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conformance import exit_codes
 from conformance.commands import add_verb
-from conformance.hub import DEFAULT_WORKERS
+from conformance.hub import DEFAULT_WORKERS, OK
 
 DEFAULT_LIST = Path("checkpoints.yaml")
 
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {path}", file=sys.stderr)
 
     audits = writer.audits
-    if any(a.status != "ok" and a.status not in CHECKPOINT_FAULTS for a in audits):
+    if any(a.status != OK and a.status not in CHECKPOINT_FAULTS for a in audits):
         return exit_codes.ERROR
     if any(a.status in CHECKPOINT_FAULTS or a.unmet_expectations for a in audits):
         return exit_codes.FAILED

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import __version__
-from conformance.audit import CheckpointAudit
+from conformance.audit import OK, CheckpointAudit
 from conformance.template import CONFIGURATIONS
 
 TARGET = "vLLM 0.32.0"
@@ -59,8 +59,8 @@ def build_report(audits: list[CheckpointAudit], *, started_at: datetime, complet
         "configurations": CONFIGURATIONS,
         "summary": {
             "checkpoints": len(ordered),
-            "ok": sum(audit.status == "ok" for audit in ordered),
-            "failed": sum(audit.status != "ok" for audit in ordered),
+            "ok": sum(audit.status == OK for audit in ordered),
+            "failed": sum(audit.status != OK for audit in ordered),
             "unmet_expectations": sum(bool(audit.unmet_expectations) for audit in ordered),
         },
         "checkpoints": [audit_to_json(audit) for audit in ordered],
@@ -109,6 +109,16 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+SHORT_NAMES = {"tool_call_parser_hf": "tool hf", "reasoning_parser_hf": "reasoning hf", "both": "both"}  # table columns
+
+
+def _row(checkpoint: dict) -> list[str]:
+    """A checkpoint's table cells after its id: revision, status, metadata, template, the outcome
+    per configuration, expectation."""
+    return [_revision(checkpoint), checkpoint["status"], checkpoint["metadata_key"] or "n/a", _template_state(checkpoint),
+            *(_outcome(checkpoint, name) for name in CONFIGURATIONS), _expectation(checkpoint)]
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Checkpoint audit: `response_template` and {report['target']} `hf` parser startup",
@@ -122,11 +132,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|" + "---|" * len(CONFIGURATIONS) + "---|",
     ]
     for checkpoint in report["checkpoints"]:
-        outcomes = [_outcome(checkpoint, name) for name in CONFIGURATIONS]
-        lines.append("| " + " | ".join(_cell(cell) for cell in [
-            f"`{checkpoint['id']}`", _revision(checkpoint), checkpoint["status"], checkpoint["metadata_key"] or "n/a",
-            _template_state(checkpoint), *outcomes, _expectation(checkpoint),
-        ]) + " |")
+        lines.append("| " + " | ".join(_cell(cell) for cell in [f"`{checkpoint['id']}`", *_row(checkpoint)]) + " |")
     lines += ["", "## Details", ""]
     for checkpoint in report["checkpoints"]:
         lines += [f"### `{checkpoint['id']}`", ""]
@@ -158,13 +164,10 @@ def render_table(report: dict[str, Any]) -> Any:
     styles = {"starts": "green", "fails": "red", "UNMET": "bold red", "met": "green", "ok": "green"}
     table = Table(title=f"response_template audit ({report['target']} hf parser)", show_lines=False)
     table.add_column("checkpoint", no_wrap=True)
-    for column in ("revision", "status", "metadata", "template", "tool hf", "reasoning hf", "both", "expect"):
+    for column in ("revision", "status", "metadata", "template", *(SHORT_NAMES[n] for n in CONFIGURATIONS), "expect"):
         table.add_column(column, overflow="fold")
     for checkpoint in report["checkpoints"]:
-        cells = [
-            checkpoint["id"], _revision(checkpoint), checkpoint["status"], checkpoint["metadata_key"] or "n/a",
-            _template_state(checkpoint), *(_outcome(checkpoint, name) for name in CONFIGURATIONS), _expectation(checkpoint),
-        ]
+        cells = [checkpoint["id"], *_row(checkpoint)]
         table.add_row(*(f"[{styles[cell]}]{cell}[/]" if cell in styles else cell for cell in cells))
     return table
 
