@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
@@ -556,11 +556,12 @@ class _Locator:
             case = self.data["cases"][case_index]
             if isinstance(case, dict) and isinstance(case.get("id"), str):
                 case_id = case["id"]
-        return Issue(self.path, message, case_index, case_id, _format_path(field_path),
+        return Issue(self.path, message, case_index, case_id, format_path(field_path),
                      _node_line(self.node, at), severity)
 
 
-def _format_path(path: list[str | int]) -> str:
+def format_path(path: Sequence[str | int]) -> str:
+    """A JSON path as a person reads it: `expect.hf.message.tool_calls[0]`."""
     text = ""
     for part in path:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.cases import MESSAGE_FIELDS
+from conformance.cases import MESSAGE_FIELDS, format_path
 from conformance.fixture import MARKER_TOKENS
 from conformance.forcing import VERIFIED_ENDPOINTS
 from conformance.transcript import Transcript
@@ -271,12 +271,12 @@ def shape_problems(transcript: Transcript) -> list[str]:
     problems = []
     for where, payload in payloads:
         for error in _innermost(validator.iter_errors(payload)):
-            at = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path)
+            at = format_path(list(error.absolute_path))
             if error.validator == "type":
                 what = f"{_brief(error.instance)} is not of type {' or '.join(_list_of(error.validator_value))}"
             else:
                 what = f"{_brief(error.instance)} is not an output item object or null"  # the one anyOf
-            problems.append(f"{where}: {at.lstrip('.') or 'the object'}: {what}")
+            problems.append(f"{where}: {at or 'the object'}: {what}")
     return problems
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 from dataclasses import replace
@@ -21,6 +20,7 @@ from conformance.cli import main
 from conformance.driver import Target, request_body
 from conformance.engine import recheck, run
 from conformance.results import read_results
+from conformance.server import free_port
 from conformance.transcript import read_transcripts
 from tests.engine_helpers import load_cases
 from tests.fake_server import fake_server
@@ -142,9 +142,7 @@ def test_recheck_refuses_to_judge_a_recording_of_a_changed_case(fake_run, cases)
 
 
 def test_connection_refused_is_an_error_for_every_request(cases, tmp_path):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # closed again below: nothing listens there
+    port = free_port()  # nothing listens there
     target = Target(base_url=f"http://127.0.0.1:{port}/v1", model="fake", profile="hf", timeout=5)
     output = run(cases[:2], target, tmp_path)
     assert {r.outcome for r in output.results} == {"error"}
