@@ -93,7 +93,7 @@ class FakeServer(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def fake_server() -> Iterator[tuple[str, dict, list[str]]]:
+def route_server() -> Iterator[tuple[str, dict, list[str]]]:
     routes: dict[str, tuple[int, dict]] = {}
     hits: list[str] = []
     handler = type("Handler", (FakeServer,), {"routes": routes, "hits": hits})
@@ -107,22 +107,22 @@ def fake_server() -> Iterator[tuple[str, dict, list[str]]]:
         server.server_close()
 
 
-def test_a_server_refusing_structured_outputs_cannot_force(fake_server) -> None:
-    url, routes, _ = fake_server
+def test_a_server_refusing_structured_outputs_cannot_force(route_server) -> None:
+    url, routes, _ = route_server
     routes["/v1/chat/completions"] = (400, {"error": {"message": "Unrecognized request argument: structured_outputs"}})
     with pytest.raises(ForcingUnsupported, match="HTTP 400.*Unrecognized request argument: structured_outputs"):
         probe_forcing(url, "m")
 
 
-def test_a_server_without_token_ids_cannot_force(fake_server) -> None:
-    url, routes, _ = fake_server
+def test_a_server_without_token_ids_cannot_force(route_server) -> None:
+    url, routes, _ = route_server
     routes["/v1/chat/completions"] = (200, {"choices": [{"index": 0, "message": {"content": "ok"}}]})
     with pytest.raises(ForcingUnsupported, match="no token_ids"):
         probe_forcing(url, "m")
 
 
-def test_a_server_without_tokenizer_endpoints_cannot_verify(fake_server) -> None:
-    url, routes, _ = fake_server
+def test_a_server_without_tokenizer_endpoints_cannot_verify(route_server) -> None:
+    url, routes, _ = route_server
     routes["/v1/chat/completions"] = (200, {"choices": [{"index": 0, "token_ids": [1, 2]}]})
     with pytest.raises(ForcingUnsupported, match="no detokenize endpoint"):
         probe_forcing(url, "m")
@@ -167,8 +167,8 @@ def test_both_profiles_can_force(hf_server, legacy_server) -> None:
         probe_forcing(server.root_url, server.model)
 
 
-def test_an_unhonoured_regex_is_reported_with_the_likely_cause(fake_server) -> None:
-    url, routes, _ = fake_server
+def test_an_unhonoured_regex_is_reported_with_the_likely_cause(route_server) -> None:
+    url, routes, _ = route_server
     routes["/v1/chat/completions"] = (200, {"choices": [{"index": 0, "token_ids": [1, 2]}]})
     routes["/detokenize"] = (200, {"prompt": "something else"})
     routes["/tokenize"] = (200, {"tokens": [7]})
@@ -186,8 +186,8 @@ def test_without_enable_in_reasoning_vllm_does_not_force_and_the_probe_says_so(t
             probe_forcing(server.root_url, server.model)
 
 
-def test_the_tokenizer_asks_the_server_once_per_marker_and_once_per_answer(fake_server) -> None:
-    url, routes, hits = fake_server
+def test_the_tokenizer_asks_the_server_once_per_marker_and_once_per_answer(route_server) -> None:
+    url, routes, hits = route_server
     routes["/detokenize"] = (200, {"prompt": "<think>x"})
     tokenizer = ServerTokenizer(url, "m")
     with pytest.raises(ForcingUnsupported, match="no tokenize endpoint"):  # nothing known: it must ask
