@@ -75,3 +75,15 @@ def test_hf_gives_the_raw_regions_and_the_call_for_any_generated_output(hf_serve
     for result in output.results:  # the server really emitted the generated text, with canonical markers
         forced = next(check for check in result.checks if check.name == "forced_output")
         assert forced.outcome == "pass", forced.reason
+
+
+def test_line_separators_arrive_unescaped_in_the_stream_and_are_read_as_characters(hf_server) -> None:
+    """vLLM writes U+0085, U+2028 and U+2029 raw inside SSE JSON; a reader that splits lines like
+    str.splitlines would cut those events (the driver splits at CR/LF only)."""
+    target = Target(base_url=hf_server.base_url, model=hf_server.model, profile="hf", can_force=True,
+                    version=hf_server.version)
+    output = run([forced_case("a\u2029b", "c\u2028d", {"\x85": None})], target, None, markers=MARKER_TOKENS)
+    assert [(r.mode, r.outcome) for r in output.results] == [("non-stream", "pass"), ("stream", "pass")]
+    [stream] = [t for t in output.transcripts if t.mode == "stream"]
+    raw = "".join(line.data for line in stream.sse)
+    assert all(separator in raw for separator in ("\x85", "\u2028", "\u2029"))
