@@ -12,7 +12,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from conformance.driver import (
     send,
 )
 from conformance.forcing import VERIFIED_ENDPOINTS, ServerTokenizer
+from conformance.recording import make_header
 from conformance.report.stamp import make_stamp
 from conformance.results import (
     RESULTS_FILE,
@@ -234,6 +235,9 @@ async def run_async(
         writers = None
         if out_dir is not None:
             writers = (JsonLinesWriter(out_dir / TRANSCRIPTS_FILE), JsonLinesWriter(out_dir / RESULTS_FILE))
+            for writer, file in zip(writers, ("transcripts", "results")):
+                writer.write(make_header(file, cases=cases, markers=markers, server=asdict(target.stamp()),
+                                         created_at=started))
         semaphore = asyncio.Semaphore(max(1, concurrency))
         results: list[CaseResult] = []
         transcripts: list[Transcript] = []

@@ -18,7 +18,7 @@ from typing import Any
 
 from conformance import exit_codes
 from conformance.checks import BLOCKING_KINDS, ERROR, EXPECTATION, FAIL, FINDING, PASS, SCHEMA, SKIP, Check
-from conformance.transcript import Transcript, TranscriptError, iter_json_lines
+from conformance.transcript import Transcript, TranscriptError
 
 OUTCOMES = (PASS, FAIL, SKIP, ERROR)
 RESULTS_FILE = "results.jsonl"
@@ -173,8 +173,10 @@ def failed_findings(results: Iterable[CaseResult]) -> list[tuple[CaseResult, Che
 
 def read_results(path: Path) -> list[CaseResult]:
     """Every result of a `results.jsonl`; a record that is not one raises TranscriptError naming the line."""
+    from conformance.recording import records
+
     results = []
-    for number, record in iter_json_lines(path):
+    for number, record in records(path, "results"):
         try:
             results.append(CaseResult.from_dict(record))
         except (TypeError, ValueError, AttributeError) as exc:

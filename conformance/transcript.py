@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from conformance.cases import MODES
 
 TRANSCRIPTS_FILE = "transcripts.jsonl"
 
@@ -44,7 +43,7 @@ class SseLine:
 @dataclass
 class Transcript:
     case_id: str
-    mode: str  # one of MODES
+    mode: str  # one of conformance.cases.MODES
     profile: str
     endpoint: str  # "chat" | "responses" | "preflight"
     server: ServerStamp
@@ -131,37 +130,18 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield number, record
 
 
-_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
-    "case_id": str, "mode": str, "profile": str, "endpoint": str, "request": dict, "repeat": int,
-    "status": (int, type(None)), "response": (dict, type(None)), "forcing_problems": (list, type(None)),
-}  # fmt: skip
-
-
-def _shape_problem(transcript: Transcript) -> str | None:
-    """What makes a parsed record unusable as a transcript (a field of the wrong type), or None."""
-    for name, kind in _FIELD_TYPES.items():
-        if not isinstance(getattr(transcript, name), kind):
-            return f"field {name!r} has the wrong type: {getattr(transcript, name)!r}"[:200]
-    if transcript.mode not in MODES:
-        return f"field 'mode' is {transcript.mode!r}, expected one of {', '.join(MODES)}"
-    bad = next((line for line in transcript.sse if not isinstance(line.data, str)
-                or not isinstance(line.t, (int, float))), None)
-    return f"an `sse` entry is not {{data: string, t: number}}: {bad!r}"[:200] if bad else None
-
-
 def read_transcripts(path: Path) -> list[Transcript]:
     """Every transcript of a JSON-lines file; a record that is not one raises TranscriptError naming the line."""
+    from conformance.recording import records
+
     transcripts = []
-    for number, record in iter_json_lines(path):
+    for number, record in records(path, "transcripts"):
         try:
             transcript = Transcript.from_dict(record)
         except KeyError as exc:
             raise TranscriptError(f"{path}:{number}: not a transcript: missing field {exc}") from exc
         except (TypeError, ValueError, AttributeError) as exc:
             raise TranscriptError(f"{path}:{number}: not a transcript: {exc}") from exc
-        problem = _shape_problem(transcript)
-        if problem:
-            raise TranscriptError(f"{path}:{number}: not a transcript: {problem}")
         transcripts.append(transcript)
     return transcripts
 

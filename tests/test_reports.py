@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from html import escape
 import xml.etree.ElementTree as ET
 
@@ -15,10 +16,12 @@ from conformance.engine import write_reports
 from conformance.report import html, junit, markdown
 from conformance.report.jsonl import write_results
 from conformance.report.stamp import make_stamp
+from conformance.recording import make_header
 from conformance.results import CaseResult, read_results, summarize
 from conformance.transcript import TranscriptError
 from tests.engine_helpers import STAMP, stream_transcript
 
+HEADER = make_header("results", cases=[], markers=["<think>"], server=asdict(STAMP), created_at="2026-12-01T00:00:00+00:00")
 STAMP_DICT = make_stamp({**STAMP.__dict__, "checkpoint_revision": "sha256:feedbeef"})
 
 
@@ -104,7 +107,7 @@ def test_html_drills_down_to_request_and_raw_stream_escaped():
 
 
 def test_results_jsonl_round_trip_and_run_summary(tmp_path):
-    write_results(tmp_path / "results.jsonl", RESULTS)
+    write_results(tmp_path / "results.jsonl", RESULTS, HEADER)
     assert read_results(tmp_path / "results.jsonl") == RESULTS
     paths = write_reports(tmp_path, RESULTS, STAMP_DICT)
     run = json.loads(paths["run"].read_text())

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 from conformance import exit_codes
@@ -36,6 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from conformance.cases import CaseFileError, load_suite
     from conformance.engine import CheckpointError, markers_for_checkpoint, recheck, write_reports
+    from conformance.recording import make_header
     from conformance.report.jsonl import write_results
     from conformance.report.stamp import stamp_of_recording
     from conformance.results import RESULTS_FILE, summarize
@@ -54,7 +57,10 @@ def run(args: argparse.Namespace) -> int:
     results = recheck(transcripts, cases, markers=markers)
     out_dir = args.out or args.transcripts.parent / "recheck"
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_results(out_dir / RESULTS_FILE, results)
+    header = make_header("results", cases=[c for c in cases if c.id in {t.case_id for t in transcripts}],
+                         markers=markers, server=asdict(transcripts[0].server),
+                         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    write_results(out_dir / RESULTS_FILE, results, header)
     paths = write_reports(out_dir, results, stamp_of_recording(transcripts), transcripts)
     summary = summarize(results)
     print(summary.line())
