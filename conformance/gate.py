@@ -41,6 +41,7 @@ class Recording:
     results: Sequence[CaseResult]
     stamp: Mapping[str, Any]
     run_dir: str | None = None
+    startup_seconds: float | None = None  # the server's start to healthy, when the gate launched it
 
 
 def read_run_dir(run_dir: Path, label: str | None = None) -> Recording:
@@ -104,7 +105,8 @@ def exit_code_of(gate: Mapping[str, Any]) -> int:
 def _side(recording: Recording) -> dict[str, Any]:
     summary = summarize(recording.results)
     return {"label": recording.label, "run_dir": recording.run_dir, "stamp": dict(recording.stamp),
-            "summary": {"counts": summary.counts, "total": summary.total}}
+            "summary": {"counts": summary.counts, "total": summary.total},
+            "startup_seconds": recording.startup_seconds}
 
 
 def _acknowledgement(entry: Acknowledgement | None, difference: Difference,

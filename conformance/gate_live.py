@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ class SideRun:
     side: GateSide
     target: Target
     markers: tuple[str, ...]
+    startup_seconds: float | None = None  # None: attached, not launched
     output: RunOutput | None = None
 
 
@@ -59,6 +61,8 @@ def targets_for(sides: Sequence[GateSide], checkpoint: Path, out_dir: Path, *, a
                     servers[name] = wait.result()
                 except ServerStartError as exc:
                     raise GateSetupError(f"could not start the {name} server: {exc}") from exc
+                print(f"{name}: vLLM {servers[name].version} ({servers[name].profile.name}) healthy after "
+                      f"{servers[name].startup_seconds:.1f} s", file=sys.stderr)
         runs = []
         for side in sides:
             server = servers.get(side.name)
@@ -68,7 +72,8 @@ def targets_for(sides: Sequence[GateSide], checkpoint: Path, out_dir: Path, *, a
                 version=server.version if server else None, args=tuple(server.args) if server else (),
                 checkpoint_revision=checkpoint_revision if server else None,
             )  # fmt: skip
-            runs.append(SideRun(side, target, markers_for_checkpoint(checkpoint if server else None)))
+            runs.append(SideRun(side, target, markers_for_checkpoint(checkpoint if server else None),
+                                round(server.startup_seconds, 1) if server else None))
         yield runs
     finally:
         for process in launched.values():
@@ -103,7 +108,7 @@ def run_gate_sides(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Path
         side_dir = out_dir / run.side.name
         write_reports(side_dir, run.output.results, run.output.stamp, run.output.transcripts)
         recordings.append(Recording(run.side.profile, run.output.transcripts, run.output.results, run.output.stamp,
-                                    run.side.name))
+                                    run.side.name, run.startup_seconds))
     return recordings, cors
 
 
