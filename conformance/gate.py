@@ -82,7 +82,7 @@ def build_gate(baseline: Recording, candidate: Recording, entries: Sequence[Ackn
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "origin": cors.get("origin") if cors else None,
         "sides": {side: _side(recording) for side, recording in zip(SIDES, (baseline, candidate))},
-        "verdict": _verdict(pairs, matched, stale, newly_failing, baseline, strict),
+        "verdict": _verdict(pairs, matched, stale, newly_failing, (baseline, candidate), strict),
         "differences": [
             {**difference.to_dict(), "id": difference.key,
              "acknowledged": _acknowledgement(acknowledged_by.get(id(difference)), difference, newly_failing),
@@ -117,10 +117,13 @@ def _acknowledgement(entry: Acknowledgement | None, difference: Difference,
 
 
 def _verdict(pairs: Sequence[Pair], matched: Sequence[tuple[Difference, Acknowledgement | None]],
-             stale: Sequence[Acknowledgement], newly_failing: Sequence[Difference], baseline: Recording,
-             strict: bool) -> dict[str, Any]:
+             stale: Sequence[Acknowledgement], newly_failing: Sequence[Difference],
+             recordings: tuple[Recording, Recording], strict: bool) -> dict[str, Any]:
+    baseline = recordings[0]
     unacknowledged = [d for d, entry in matched if entry is None or d in newly_failing]
     baseline_errors = [r for r in baseline.results if r.outcome == "error" and r.repeat == 0]
+    unjudged = [side for side, recording in zip(SIDES, recordings)
+                if not any(r.outcome in ("pass", "fail") for r in recording.results)]
     counts = {"unacknowledged": len(unacknowledged), "acknowledged": len(matched) - len(unacknowledged),
               "stale": len(stale), "newly_failing": len(newly_failing), "compared": len(pairs)}
     line = (f"{counts['unacknowledged']} unacknowledged difference(s), {counts['acknowledged']} acknowledged, "
@@ -128,6 +131,9 @@ def _verdict(pairs: Sequence[Pair], matched: Sequence[tuple[Difference, Acknowle
             f"({counts['compared']} case x mode compared)")
     if not pairs:
         outcome, code, line = "error", exit_codes.ERROR, "nothing was compared: the recordings share no case"
+    elif unjudged:
+        outcome, code = "error", exit_codes.ERROR
+        line = f"nothing was judged under the {' and the '.join(unjudged)}: every result is a skip or an error"
     elif baseline_errors:
         outcome, code = "error", exit_codes.ERROR
         line = (f"the baseline could not be judged on {len(baseline_errors)} case x mode (e.g. "

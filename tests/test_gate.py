@@ -273,7 +273,7 @@ def cases_dir(tmp_path_factory) -> Path:
 def _gate_args(one, other, cases_dir, out, *extra):
     return ["gate", "--baseline", one.base_url, "--baseline-model", "fake", "--baseline-profile", "legacy",
             "--candidate", other.base_url, "--candidate-model", "fake", "--candidate-profile", "hf",
-            "--cases", str(cases_dir), "--out", str(out), *extra]
+            "--cases", str(cases_dir), "--out", str(out), "--forcing", "trust", *extra]
 
 
 def test_gate_between_two_servers_by_url_records_both_sides_and_the_cors_answer(cases_dir, tmp_path, capsys):
@@ -294,17 +294,24 @@ def test_compare_of_two_recorded_runs_gives_exactly_the_differences_of_the_gate(
     broken = tmp_path / "broken-cases"
     broken.mkdir()
     for item in cases_dir.iterdir():  # the candidate side: another expectation, so outcomes differ
-        (broken / item.name).write_text(item.read_text().replace("param: tool_choice}}\n    legacy", "param: tools}}\n    legacy"))
+        (broken / item.name).write_text(item.read_text().replace("hf: {error: {status: 400, param: tool_choice}}",
+                                                                  "hf: {error: {status: 400, param: tools}}"))
     with fake_server() as one, fake_server() as other:
         assert main(["run", "--base-url", one.base_url, "--model", "fake", "--profile", "legacy", "--cases",
-                     str(cases_dir), "--out", str(tmp_path / "a")]) == 0
+                     str(cases_dir), "--forcing", "trust", "--out", str(tmp_path / "a")]) == 0
         assert main(["run", "--base-url", other.base_url, "--model", "fake", "--profile", "hf", "--cases",
-                     str(broken), "--out", str(tmp_path / "b")]) == 1
+                     str(broken), "--forcing", "trust", "--out", str(tmp_path / "b")]) == 1
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "c")]) == 1
     gate = json.loads((tmp_path / "c" / "gate.json").read_text())
     assert kinds_of(gate) == {("refuse", "non-stream", "outcome", None), ("refuse", "stream", "outcome", None)}
     assert gate["verdict"]["newly_failing"] == 2
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "same")]) == 0
+
+
+def test_a_gate_where_a_side_judged_nothing_is_an_error_not_a_pass(cases_dir, tmp_path, capsys):
+    with fake_server() as one, fake_server() as other:  # they return no token ids: forced cases are skipped
+        code = main([arg for arg in _gate_args(one, other, cases_dir, tmp_path / "g") if arg not in ("--forcing", "trust")])
+    assert code == 2 and "nothing was judged under the baseline and the candidate" in capsys.readouterr().out
 
 
 def test_compare_and_gate_usage_errors_exit_2_naming_what_is_wrong(cases_dir, tmp_path, capsys):

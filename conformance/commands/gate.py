@@ -11,7 +11,7 @@ from typing import Any
 
 from conformance import exit_codes
 from conformance.commands import add_verb
-from conformance.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT
+from conformance.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
 
 GATE_DESCRIPTION = """\
 Run the same cases against a baseline and a candidate server and report every difference a client
@@ -67,6 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gate.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                       help=f"seconds per request (default: {DEFAULT_TIMEOUT:g})")
     gate.add_argument("--api-key", default="EMPTY", metavar="KEY", help="API key sent to both servers")
+    gate.add_argument("--forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP + " (per side)")
     _common(gate, "reports/gate-<time>")
     gate.set_defaults(func=run_gate)
 
@@ -106,12 +107,19 @@ def _expectations(args: argparse.Namespace, default_pair: bool) -> list[Any]:
     return load_expectations(DEFAULT_PAIR_FILE) if default_pair else []
 
 
-def _check_selectors(entries: list[Any], recordings: list[Any]) -> list[str]:
-    from conformance.cases import load_features
+def _check_selectors(entries: list[Any], recordings: list[Any], cases_dir: Path | None) -> list[str]:
+    """Entries naming a case or feature neither the recordings nor the case set know (typos)."""
+    from conformance.cases import CaseFileError, load_features, load_suite
     from conformance.expectations import unknown_selectors
 
     case_ids = {t.case_id for recording in recordings for t in recording.transcripts}
-    return unknown_selectors(entries, case_ids, set(load_features(None)))
+    try:
+        case_ids |= {case.id for case in load_suite(cases_dir)}
+        features = set(load_features(cases_dir))
+    except CaseFileError:
+        features = set()
+    features |= {tag for recording in recordings for result in recording.results for tag in result.features}
+    return unknown_selectors(entries, case_ids, features)
 
 
 def _finish(gate: dict[str, Any], out_dir: Path) -> int:
@@ -151,7 +159,7 @@ def run_compare(args: argparse.Namespace) -> int:
         entries = _expectations(args, default_pair)
     except (TranscriptError, ExpectationsError) as exc:
         return _error("compare", str(exc))
-    problems = _check_selectors(entries, recordings)
+    problems = _check_selectors(entries, recordings, None)
     if problems:
         return _error("compare", "\n".join(problems))
     cors = _recorded_cors(args.candidate.parent)
@@ -203,20 +211,20 @@ def run_gate(args: argparse.Namespace) -> int:
         return _error("gate", str(exc))
     if not cases:
         return _error("gate", "no case matches the selection")
+    problems = _check_selectors(entries, [], args.cases)  # before any server is started
+    if problems:
+        return _error("gate", "\n".join(problems))
     out_dir = args.out or Path("reports") / f"gate-{_stamp_time()}"
     out_dir.mkdir(parents=True, exist_ok=True)
     checkpoint, revision = _checkpoint(args, out_dir, sides)
     print(f"gate: {sides[0].profile} -> {sides[1].profile}, {len(cases)} cases; writing to {out_dir}", file=sys.stderr)
     try:
         with targets_for(sides, checkpoint, out_dir, api_key=args.api_key, timeout=args.timeout,
-                         forcing={"can_force": None}, checkpoint_revision=revision) as runs:
+                         forcing=forcing_fields(args.forcing), checkpoint_revision=revision) as runs:
             recordings, cors = run_gate_sides(runs, cases, out_dir, concurrency=args.concurrency,
                                               origin=args.origin or DEFAULT_ORIGIN)
     except GateSetupError as exc:
         return _error("gate", str(exc))
-    problems = _check_selectors(entries, recordings)
-    if problems:
-        return _error("gate", "\n".join(problems))
     return _finish(build_gate(*recordings, entries, strict=args.strict, cors=cors), out_dir)
 
 
