@@ -45,7 +45,7 @@ class SideRun:
 
 
 @contextlib.contextmanager
-def targets_for(sides: Sequence[GateSide], checkpoint: Path, out_dir: Path, *, api_key: str, timeout: float,
+def targets_for(sides: Sequence[GateSide], checkpoint: Path | str | None, out_dir: Path, *, api_key: str, timeout: float,
                 forcing: dict[str, Any], checkpoint_revision: str | None) -> Iterator[list[SideRun]]:
     """A Target per side; launched servers all start at once and are stopped on leaving."""
     from conformance.server import ServerStartError, start
@@ -72,7 +72,8 @@ def targets_for(sides: Sequence[GateSide], checkpoint: Path, out_dir: Path, *, a
                 version=server.version if server else None, args=tuple(server.args) if server else (),
                 checkpoint_revision=checkpoint_revision if server else None,
             )  # fmt: skip
-            runs.append(SideRun(side, target, markers_for_checkpoint(checkpoint if server else None),
+            local = server is not None and checkpoint is not None and Path(checkpoint).is_dir()  # else a Hub repo id
+            runs.append(SideRun(side, target, markers_for_checkpoint(Path(checkpoint) if local else None),
                                 round(server.startup_seconds, 1) if server else None))
         yield runs
     finally:

@@ -55,8 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help=f"profile to launch or server URL (default: {default})")
         gate.add_argument(f"--{side}-model", metavar="NAME", help=f"model name the {side} URL serves")
         gate.add_argument(f"--{side}-profile", metavar="NAME", help=f"profile whose expectations apply to the {side} URL")
-    gate.add_argument("--model", metavar="DIR", type=Path,
-                      help="checkpoint directory for launched profiles (default: the tiny checkpoint, built)")
+    gate.add_argument("--model", metavar="DIR_OR_REPO",
+                      help="checkpoint directory or Hub repo id for launched profiles (default: the tiny checkpoint, built)")
     gate.add_argument("--cases", type=Path, metavar="DIR", help="case directory (default: the shipped cases)")
     gate.add_argument("--case", action="append", default=[], metavar="ID", help="only this case (repeatable)")
     gate.add_argument("--feature", action="append", default=[], metavar="TAG", help="only cases with this tag (repeatable)")
@@ -228,7 +228,7 @@ def run_gate(args: argparse.Namespace) -> int:
     return _finish(build_gate(*recordings, entries, strict=args.strict, cors=cors), out_dir)
 
 
-def _checkpoint(args: argparse.Namespace, out_dir: Path, sides: list[Any]) -> tuple[Path | None, str | None]:
+def _checkpoint(args: argparse.Namespace, out_dir: Path, sides: list[Any]) -> tuple[Path | str | None, str | None]:
     """The checkpoint launched sides serve: --model, else the tiny one built into the output directory."""
     if all(side.base_url for side in sides):
         return args.model, None
