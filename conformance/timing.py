@@ -23,18 +23,24 @@ METRICS: tuple[Metric, ...] = ("first_byte", "first_reasoning", "first_content",
 
 def stream_timings(transcript: Transcript) -> dict[Metric, float | None]:
     """The arrival time of each metric's first (for `tool_call_complete`, last) event in one stream."""
+    return _stream_events(transcript)[0]
+
+
+def _stream_events(transcript: Transcript) -> tuple[dict[Metric, float | None], dict[Metric, int | None]]:
+    """(arrival time, data line number from 1) of each metric's first (`tool_call_complete`: last) event."""
     times: dict[Metric, float | None] = dict.fromkeys(METRICS)
+    lines: dict[Metric, int | None] = dict.fromkeys(METRICS)
     if transcript.sse:
-        times["first_byte"] = transcript.sse[0].t
-    for line in transcript.sse:
+        times["first_byte"], lines["first_byte"] = transcript.sse[0].t, 1
+    for number, line in enumerate(transcript.sse, start=1):
         try:
             payload = json.loads(line.data)
         except json.JSONDecodeError:
             continue
         for metric in _metrics_in(payload, transcript.endpoint):
             if metric == "tool_call_complete" or times[metric] is None:
-                times[metric] = line.t
-    return times
+                times[metric], lines[metric] = line.t, number
+    return times, lines
 
 
 def _metrics_in(payload: Any, endpoint: str) -> list[Metric]:
@@ -76,21 +82,30 @@ def distribution(values: Iterable[float | None]) -> dict[str, Any]:
 
 
 def timing_section(pairs: Sequence[tuple[str, str, Transcript | None, Transcript | None]]) -> dict[str, Any]:
-    """The gate's `timing`: per streamed (case, mode) both sides' metrics, the distributions per side,
-    and how much later (candidate minus baseline, per case) the first tool name became visible."""
+    """The gate's `timing`: per streamed (case, mode) both sides' metrics (and the data line each
+    arrived in), the distributions per side, and how much later (candidate minus baseline, per case)
+    the first tool name became visible: in seconds after each stream's first byte (so that time
+    spent queued behind other requests does not count), and in data lines (each about a token)."""
     cases = []
     for case_id, mode, base, cand in pairs:
         if mode != "stream" or base is None or cand is None or not (base.sse and cand.sse):
             continue
-        cases.append({"case_id": case_id, "mode": mode, "baseline": stream_timings(base),
-                      "candidate": stream_timings(cand)})
+        (base_times, base_lines), (cand_times, cand_lines) = _stream_events(base), _stream_events(cand)
+        cases.append({"case_id": case_id, "mode": mode, "baseline": base_times, "candidate": cand_times,
+                      "lines": {"baseline": base_lines, "candidate": cand_lines}})
     summary: dict[str, Any] = {
         side: {metric: distribution(case[side][metric] for case in cases) for metric in METRICS}
         for side in ("baseline", "candidate")
     }
+    named = [case for case in cases
+             if case["candidate"]["first_tool_name"] is not None and case["baseline"]["first_tool_name"] is not None]
     summary["first_tool_name_delay"] = distribution(
-        case["candidate"]["first_tool_name"] - case["baseline"]["first_tool_name"]
-        for case in cases
-        if case["candidate"]["first_tool_name"] is not None and case["baseline"]["first_tool_name"] is not None
-    )
+        tool_name_after_first_byte(case["candidate"]) - tool_name_after_first_byte(case["baseline"]) for case in named)
+    summary["first_tool_name_line_delay"] = distribution(
+        case["lines"]["candidate"]["first_tool_name"] - case["lines"]["baseline"]["first_tool_name"] for case in named)
     return {"metrics": list(METRICS), "cases": cases, "summary": summary}
+
+
+def tool_name_after_first_byte(times: Mapping[str, float | None]) -> float:
+    """Seconds from a stream's first byte to its first visible tool name (both must be present)."""
+    return float(times["first_tool_name"]) - float(times["first_byte"] or 0.0)

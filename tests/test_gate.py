@@ -223,6 +223,19 @@ def test_stream_timings_and_their_distribution():
     assert distribution([None]) == {"n": 0, "p50": None, "p90": None, "max": None}
 
 
+def test_the_first_tool_name_delay_counts_from_each_streams_first_byte_and_in_data_lines():
+    from conformance.timing import timing_section
+    from conformance.transcript import SseLine
+
+    base = stream_transcript(fragmented_stream())  # the name in data line 3, at 0.02 s
+    late = stream_transcript([*whole_stream()[:2], chunk({"content": "\n\n"}), *whole_stream()[2:]])
+    late.sse = [SseLine(line.data, 0.5 + 0.01 * i) for i, line in enumerate(late.sse)]  # queued for 0.5 s first
+    summary = timing_section([("c", "stream", base, late)])["summary"]
+    assert summary["first_tool_name_delay"] == {"n": 1, "p50": 0.01, "p90": 0.01, "max": 0.01}
+    assert summary["first_tool_name_line_delay"] == {"n": 1, "p50": 1, "p90": 1, "max": 1}
+    assert summary["candidate"]["first_byte"]["p50"] == 0.5
+
+
 def test_the_first_tool_name_delay_is_per_case_candidate_minus_baseline(every_kind):
     timing = build_gate(*every_kind)["timing"]
     fragments = next(case for case in timing["cases"] if case["case_id"] == "fragments")

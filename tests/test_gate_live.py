@@ -57,6 +57,7 @@ def test_the_gate_finds_the_known_legacy_to_hf_differences_and_fails_without_exp
     timing = {case["case_id"]: case for case in gate["timing"]["cases"]}["reasoning-then-one-call"]
     assert timing["candidate"]["first_tool_name"] == timing["candidate"]["tool_call_complete"]
     assert timing["baseline"]["first_tool_name"] < timing["baseline"]["tool_call_complete"]
+    assert gate["timing"]["summary"]["first_tool_name_line_delay"]["p50"] > 0  # later under hf, in data lines
     assert gate["cors"]["baseline"]["status"] == gate["cors"]["candidate"]["status"] == 400
     assert gate["cors"]["candidate"]["headers"]["access-control-allow-origin"] is None
 
