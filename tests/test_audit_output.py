@@ -128,3 +128,13 @@ def test_the_command_honours_columns(tmp_path: Path) -> None:
     completed = audit(tmp_path, *locals_of(directories), COLUMNS="80")
     assert completed.returncode == exit_codes.OK
     assert max(len(line) for line in completed.stdout.splitlines()) <= 80
+
+
+def test_an_output_directory_given_as_dash_is_a_usage_error(tmp_path: Path) -> None:
+    for verb in (["run", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--profile", "hf"],
+                 ["recheck", str(tmp_path / "transcripts.jsonl")]):
+        completed = subprocess.run([sys.executable, "-m", "conformance", *verb, "--out", "-"], capture_output=True,
+                                   text=True, cwd=tmp_path)
+        assert completed.returncode == exit_codes.ERROR, completed.stderr
+        assert "`-` (standard output) cannot hold them" in completed.stderr
+        assert not (tmp_path / "-").exists()
