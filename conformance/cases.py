@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
+from conformance.contract import reference_problem
 from conformance.server import PROFILES
 from conformance.shipped import CASES_DIR
 
@@ -427,6 +428,9 @@ def _semantic_issues(
     for position, tag in enumerate(_list(raw.get("features"))):
         if isinstance(tag, str) and tag not in features:
             yield locator.issue([*at, "features", position], f"unknown feature {tag!r} (not in {FEATURES_FILE})")
+    for position, reference in enumerate(_list(raw.get("references"))):
+        if isinstance(reference, str) and (problem := reference_problem(reference)):
+            yield locator.issue([*at, "references", position], problem)
     description, case_id = raw.get("description"), raw.get("id")
     if isinstance(description, str):
         words = description.split()
