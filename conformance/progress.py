@@ -18,8 +18,8 @@ class Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as Bar
 
-            self.bar = Bar(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           console=Console(file=self.stream), transient=True)
+            self.bar = Bar(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                           TimeElapsedColumn(), console=Console(file=self.stream), transient=True)
             self.task = self.bar.add_task(title, total=total)
             self.bar.start()
 

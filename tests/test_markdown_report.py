@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from conformance.checks import Check
-from conformance.report import markdown
+from conformance.report import audit_report, markdown
+from conformance.report.markdown_text import code_span, visible
 from conformance.report.stamp import make_stamp
 from conformance.results import CaseResult
 from tests.engine_helpers import STAMP
@@ -37,7 +38,7 @@ def rendered_cells(row: list) -> list[list]:
 def test_a_value_is_its_json_verbatim_in_one_code_span(value):
     assume(value is not None)  # None is "no value given": an empty cell
     [cell] = rendered_cells([markdown.Value(value)])
-    expected = markdown._visible(json.dumps(value, ensure_ascii=False))
+    expected = visible(json.dumps(value, ensure_ascii=False))
     if len(expected) > markdown.MAX_CELL:
         return  # cut: covered below
     assert [child.type for child in cell] == ["code_inline"]
@@ -48,7 +49,7 @@ def test_a_value_is_its_json_verbatim_in_one_code_span(value):
 def test_text_cells_show_the_text_literally(text):
     [cell] = rendered_cells([text])
     assert all(child.type == "text" for child in cell), [child.type for child in cell]
-    assert "".join(child.content for child in cell).strip() == markdown._visible(text).strip()
+    assert "".join(child.content for child in cell).strip() == visible(text).strip()
 
 
 def test_a_long_value_is_cut_outside_its_code_span():
@@ -71,7 +72,20 @@ def test_failures_show_expected_and_actual_as_code_and_the_file_stays_small():
     assert size <= markdown.MAX_BYTES < 1024 * 1024
     codes = {child.content for token in RENDERER.parse(text) for child in token.children or []
              if child.type == "code_inline"}
-    assert {markdown._visible(json.dumps(nasty, ensure_ascii=False)), '"</td>|`x`"'} < codes
+    assert {visible(json.dumps(nasty, ensure_ascii=False)), '"</td>|`x`"'} < codes
     assert text.rstrip().endswith("every result is in results.jsonl._")
     *kept, blank, note = text.splitlines()
     assert note.startswith("_Report cut at 256 KiB: the last ") and blank == "" and kept[-1].endswith(" |")
+
+
+@given(hostile_text)
+def test_any_text_is_one_code_span_of_itself(text):
+    assume(text != "")
+    [child] = RENDERER.parseInline(code_span(visible(text)))[0].children
+    assert (child.type, child.content) == ("code_inline", visible(text))
+
+
+def test_the_audit_reports_error_texts_in_such_code_spans():
+    message = "a ``double`` and a `single` backtick"
+    [child] = RENDERER.parseInline(audit_report._code(message))[0].children
+    assert (child.type, child.content) == ("code_inline", message)

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from conformance import __version__
 from conformance.audit import OK, CheckpointAudit
+from conformance.report.markdown_text import code_span, visible
 from conformance.template import CONFIGURATIONS
 
 TARGET = "vLLM 0.32.0"
@@ -103,8 +104,8 @@ def _expectation(checkpoint: dict) -> str:
 
 
 def _code(text: str) -> str:
-    """An inline code span that survives backticks inside the text."""
-    return f"`` {text} ``"
+    """An inline code span that shows `text` verbatim, whatever backticks are in it."""
+    return code_span(visible(text))
 
 
 def _cell(text: str) -> str:

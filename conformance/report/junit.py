@@ -54,8 +54,8 @@ def render(results: Sequence[CaseResult], stamp: Mapping[str, Any], transcripts:
         times = [durations.get((r.case_id, r.mode, r.profile, r.repeat), 0.0) for r in subset]
         suite = ET.SubElement(
             root, "testsuite", name=xml_safe(f"conformance.{profile}"), tests=str(len(subset)),
-            failures=str(counts["fail"]), errors=str(counts["error"]), time=_seconds(sum(times)), timestamp=_timestamp(stamp), hostname=hostname, package="conformance",
-            id=str(number),
+            failures=str(counts["fail"]), errors=str(counts["error"]), time=_seconds(sum(times)),
+            timestamp=_timestamp(stamp), hostname=hostname, package="conformance", id=str(number),
         )  # fmt: skip
         if counts["skip"]:  # junit-10's count; left out at 0, so a run without skips is valid under the Ant schema
             suite.set("skipped", str(counts["skip"]))

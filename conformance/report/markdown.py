@@ -8,22 +8,17 @@ text with Markdown's special characters escaped."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
-from html import escape
 from typing import Any
 
 from conformance.results import OUTCOMES, CaseResult, failed_findings, finding_counts, summaries_by_profile, summarize
+from conformance.report.markdown_text import code_span, plain, visible
 from conformance.report.stamp import stamp_lines
 
 MAX_ROWS = 150
 MAX_CELL = 300
 MAX_BYTES = 256 * 1024
 ICONS = {"pass": "✅", "fail": "❌", "skip": "⏭️", "error": "💥"}
-_INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-# emphasis, code, strike-through, links; `_` between two letters or digits (`expected_message`) is plain
-_TEXT_SPECIALS = re.compile(r"[\\`*~]|(?<![^\W_])_|_(?![^\W_])|\](?=[(\[])")
-_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 class Value:
@@ -33,22 +28,8 @@ class Value:
         self.value = value
 
 
-def _visible(text: str) -> str:
-    """Control and line-separator characters as escapes (`\\n`, `\\u001b`), lone surrogates as `\\udXXX`."""
-    text = _INVISIBLE.sub(lambda m: _SHORT_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04x}"), text)
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def _cut_text(text: str) -> str:
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
-
-
-def code_span(text: str) -> str:
-    """`text` as a CommonMark code span: a fence longer than any run of backticks inside, padded with a
-    space when the text starts or ends with a backtick (or with spaces that would otherwise be stripped)."""
-    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
-    padded = text.startswith("`") or text.endswith("`") or (text.startswith(" ") and text.endswith(" ") and text.strip())
-    return f"{fence} {text} {fence}" if padded else f"{fence}{text}{fence}"
 
 
 def _cell(value: Any) -> str:
@@ -59,10 +40,10 @@ def _cell(value: Any) -> str:
     if isinstance(value, Value):
         if value.value is None:
             return ""
-        text = _visible(json.dumps(value.value, ensure_ascii=False, default=str))
+        text = visible(json.dumps(value.value, ensure_ascii=False, default=str))
         cell = code_span(text) if len(text) <= MAX_CELL else code_span(text[: MAX_CELL - 1]) + "…"
     else:
-        cell = escape(_TEXT_SPECIALS.sub(lambda m: "\\" + m.group(), _cut_text(_visible(str(value)))), quote=False)
+        cell = plain(_cut_text(visible(str(value))))
     return cell.replace("|", "\\|")
 
 
