@@ -20,7 +20,9 @@ from typing import Any, Literal
 
 import yaml
 
+from conformance.contract import reference_problem
 from conformance.server import PROFILES
+from conformance.shipped import CASES_DIR
 
 Mode = Literal["non-stream", "stream"]
 Endpoint = Literal["chat", "responses", "preflight"]
@@ -28,7 +30,8 @@ Severity = Literal["error", "warning"]
 
 MODES: tuple[Mode, ...] = ("non-stream", "stream")
 PREFLIGHT_MODES: tuple[Mode, ...] = ("non-stream",)  # a preflight is one plain request
-DEFAULT_CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
+DEFAULT_CASES_DIR = CASES_DIR  # the shipped suite (conformance/shipped.py says where it is)
+SHIPPED_MISSING = "the shipped cases are missing from this installation; reinstall the package or give a case directory"
 FEATURES_FILE = "features.txt"
 TOOLS_FILE = "tools.yaml"  # named tools that every case file of the directory may use
 SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "case.schema.json"
@@ -217,18 +220,22 @@ def load_suite(directory: Path | None = None) -> list[Case]:
 
 def check_suite(directory: Path | None = None) -> SuiteCheck:
     """Validate every `*.yaml`/`*.yml` file in `directory` and collect all issues (never raises on bad input)."""
+    shipped = directory is None
     directory = Path(directory) if directory is not None else DEFAULT_CASES_DIR
     check = SuiteCheck(directory)
     if not directory.is_dir():
-        check.issues.append(Issue(directory, "not a directory"))
+        check.issues.append(Issue(directory, SHIPPED_MISSING if shipped else "not a directory"))
+        return check
+    try:
+        names = sorted(directory.iterdir())
+    except OSError as exc:
+        check.issues.append(Issue(directory, f"cannot list the directory: {exc.strerror or exc}"))
         return check
     features, feature_issues = _load_features(directory)
     check.issues.extend(feature_issues)
     shared_tools, tool_issues = _load_shared_tools(directory)
     check.issues.extend(tool_issues)
-    files = check.files = sorted(
-        p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file() and p.name != TOOLS_FILE
-    )
+    files = check.files = [p for p in names if p.suffix in (".yaml", ".yml") and p.is_file() and p.name != TOOLS_FILE]
     if not files:
         check.issues.append(Issue(directory, "no case files (*.yaml) in this directory"))
     seen_ids: dict[str, Issue] = {}
@@ -256,6 +263,8 @@ def check_suite(directory: Path | None = None) -> SuiteCheck:
 
 def load_features(directory: Path | None = None) -> dict[str, str]:
     """The feature registry used for `directory`: tag -> description."""
+    if directory is None and not DEFAULT_CASES_DIR.is_dir():
+        raise CaseFileError([Issue(DEFAULT_CASES_DIR, SHIPPED_MISSING)])
     features, issues = _load_features(Path(directory) if directory is not None else DEFAULT_CASES_DIR)
     errors = [issue for issue in issues if issue.severity == "error"]
     if errors:
@@ -270,11 +279,15 @@ def load_features(directory: Path | None = None) -> dict[str, str]:
 def _load_features(directory: Path) -> tuple[dict[str, str], list[Issue]]:
     """Read `features.txt` from `directory`, falling back to the shipped registry."""
     path = directory / FEATURES_FILE
-    if not path.is_file():
+    if not path.exists():
         path = DEFAULT_CASES_DIR / FEATURES_FILE
     features: dict[str, str] = {}
     issues: list[Issue] = []
-    for number, raw_line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return features, [Issue(path, f"cannot read the feature registry: {exc}")]
+    for number, raw_line in enumerate(text.splitlines(), start=1):
         line = raw_line.strip()
         if not line or line.startswith("#"):
             continue
@@ -415,6 +428,9 @@ def _semantic_issues(
     for position, tag in enumerate(_list(raw.get("features"))):
         if isinstance(tag, str) and tag not in features:
             yield locator.issue([*at, "features", position], f"unknown feature {tag!r} (not in {FEATURES_FILE})")
+    for position, reference in enumerate(_list(raw.get("references"))):
+        if isinstance(reference, str) and (problem := reference_problem(reference)):
+            yield locator.issue([*at, "references", position], problem)
     description, case_id = raw.get("description"), raw.get("id")
     if isinstance(description, str):
         words = description.split()

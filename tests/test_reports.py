@@ -53,8 +53,8 @@ def test_markdown_lists_failures_with_expected_and_actual():
     text = markdown.render(RESULTS, STAMP_DICT)
     assert "**5 results: 2 pass, 1 fail, 1 skip, 1 error**" in text
     assert "| hf | 1 | 1 | 1 | 1 | 0 |" in text
-    assert "| ❌ | one-call[non-stream] | hf | expected_message | {\"content\": null} | {\"content\": \"\\n\\n\"} | " \
-           "differs in content \\| pipes |" in text  # JSON, as the server sent it
+    assert "| ❌ | one-call[non-stream] | hf | expected_message | `{\"content\": null}` | `{\"content\": \"\\n\\n\"}` | " \
+           "differs in content \\| pipes |" in text  # JSON, as the server sent it, in code spans
     assert "| 💥 | stalled[stream] | hf | transport |  |  | timeout: no complete response within 2s |" in text
     assert "| hf | reasoning_field | reasoning | 1 |" in text
     assert "| legacy-only[stream] | hf | no expectation for profile hf |" in text
@@ -64,8 +64,8 @@ def test_markdown_escapes_template_markers_so_github_shows_them():
     leak = Check("marker_leak", "fail", reason="template markers leaked: '<tool_call>' in content",
                  actual={"content": "<tool_call>\n{}"})
     text = markdown.render([result("leaky", "stream", "fail", checks=[leak])], STAMP_DICT)
-    assert "| {\"content\": \"&lt;tool_call&gt;\\n{}\"} | template markers leaked: '&lt;tool_call&gt;' in content |" in text
-    assert "<tool_call>" not in text
+    assert "| `{\"content\": \"<tool_call>\\n{}\"}` | template markers leaked: '&lt;tool_call&gt;' in content |" in text
+    assert "<tool_call>" not in text.replace("`{\"content\": \"<tool_call>", "")  # verbatim in a code span only
 
 
 def test_markdown_stays_far_below_the_step_summary_limit():

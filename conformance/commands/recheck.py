@@ -44,6 +44,10 @@ def run(args: argparse.Namespace) -> int:
     from conformance.results import RESULTS_FILE, summarize
     from conformance.transcript import TranscriptError, read_transcripts
 
+    if args.out == Path("-"):
+        print("conformance recheck: error: --out is the directory for the reports; `-` (standard output) "
+              "cannot hold them", file=sys.stderr)
+        return exit_codes.ERROR
     try:
         transcripts = read_transcripts(args.transcripts)
         cases = load_suite(args.cases)

@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
 
         if args.launch not in PROFILES:
             return _usage_error(f"unknown profile {args.launch!r} for --launch; choose one of: {', '.join(PROFILES)}")
+    if args.out == Path("-"):
+        return _usage_error("--out is the directory for the run's files; `-` (standard output) cannot hold them")
     if args.repeat < 1 or args.concurrency < 1:
         return _usage_error("--repeat and --concurrency must be at least 1")
     try:
