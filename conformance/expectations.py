@@ -97,6 +97,14 @@ def load_expectations(path: Path) -> list[Acknowledgement]:
         at = list(error.absolute_path)
         line = _node_line(node, at)
         problems.append(f"{path}:{line or 1}: {format_path(at) or 'the file'}: {_message(error)}")
+    if not problems:
+        from conformance.contract import reference_problem
+
+        for index, entry in enumerate(data["acknowledge"]):
+            problem = reference_problem(entry["reference"]) if "reference" in entry else None
+            if problem:
+                at = ["acknowledge", index, "reference"]
+                problems.append(f"{path}:{_node_line(node, at)}: {format_path(at)}: {problem}")
     if problems:
         raise ExpectationsError("\n".join(dict.fromkeys(problems)))
     return [

@@ -208,6 +208,8 @@ def test_an_acknowledgement_that_no_longer_matches_is_stale_and_fails_only_when_
      r"expect.yaml:2: acknowledge\[0\]: Additional properties are not allowed \('colour' was unexpected\)"),
     ("acknowledge: [\n", r"expect.yaml:2: invalid YAML"),
     ("- just a list\n", r"expect.yaml:1: the file: \['just a list'\] is not of type 'object'"),
+    ("acknowledge:\n  - case: a\n    kind: message\n    reason: a section that is not there\n    reference: contract 9.9\n",
+     r"expect.yaml:5: acknowledge\[0\].reference: vllm-0.32-contract.md has no section 9.9"),
 ])
 def test_a_malformed_expectations_file_names_the_line_and_field(tmp_path, text, message):
     with pytest.raises(ExpectationsError, match=message):
