@@ -52,6 +52,8 @@ def test_the_gate_finds_the_known_legacy_to_hf_differences_and_fails_without_exp
     assert cast["baseline"]["json"]["days"] == "3" and cast["candidate"]["json"]["days"] == 3
     after = found[("content-after-call", "non-stream", "message", "content")]
     assert after["baseline"] is None and after["candidate"].endswith("Done.")
+    usage = found[("reasoning-then-one-call", "non-stream", "usage", "usage.completion_tokens_details.reasoning_tokens")]
+    assert usage["baseline"] > 0 and usage["candidate"] == 0  # contract 7.2: hf counts no reasoning tokens
     named = found[("reasoning-then-one-call", "stream", "stream_shape", "first_name_chunk")]
     assert named["candidate"][0] > named["baseline"][0]  # hf names the call only once its region closed
     timing = {case["case_id"]: case for case in gate["timing"]["cases"]}["reasoning-then-one-call"]
