@@ -10,6 +10,7 @@ real vLLM). The scenario is the content of the request's last user message:
 * `missing-index`: a tool-call delta without `index`;
 * `error-midway`: a few chunks, then an error object with code 500 inside the stream;
 * `http-500`: HTTP 500 before anything is sent (`http-NNN`: HTTP NNN, the message `fake NNN`);
+* `echo-auth`: HTTP 400 whose message echoes the request's Authorization header (a careless server);
 * `stall`: the role chunk, then nothing for `stall_seconds`;
 * `refuse`: HTTP 400 with a vLLM-style error body (param `tool_choice`);
 * `no-done`: a complete stream without the final `data: [DONE]`;
@@ -166,6 +167,8 @@ class FakeServer:
                 if scenario.startswith("http-"):
                     status = int(scenario.removeprefix("http-"))
                     return self._json(status, {"error": {"message": f"fake {status}", "code": status}})
+                if scenario == "echo-auth":
+                    return self._json(400, {"error": {"message": f"bad key {self.headers.get('Authorization')}"}})
                 if scenario == "refuse":
                     return self._json(400, REFUSAL)
                 if not body.get("stream"):

@@ -333,3 +333,50 @@ def test_the_markdown_heading_says_what_the_exit_code_says():
                                             "1 cannot_force (no token ids)")
     assert heading([], complete) == "# 💥 Conformance run: error (exit 2): nothing was judged: no results"
     assert summarize([passed, skipped]).exit_code == 2
+
+
+# -- credentials ------------------------------------------------------------------------------------
+
+ECHO = """
+- id: echo-auth
+  description: A careless server echoes the Authorization header into its refusal message.
+  features: [content]
+  request:
+    messages: [{role: user, content: echo-auth}]
+  expect:
+    hf: {message: {content: a}, finish_reason: stop}
+"""
+
+
+def _everything_written(out, captured) -> str:
+    files = [path.read_text("utf-8", "replace") for path in out.rglob("*") if path.is_file()]
+    return "\n".join([*files, captured.out, captured.err])
+
+
+def test_openai_api_key_is_used_when_no_key_is_given_and_never_written(tmp_path, capsys, monkeypatch, cases_dir):
+    key = "sk-env-key-0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    load_cases(cases_dir, ECHO, name="echo.yaml")
+    try:
+        with fake_server(api_key=key) as server:
+            code = cli(server.base_url, cases_dir, tmp_path / "out", "--case", "unforced-ok", "--case", "echo-auth",
+                       "--case", "forced-ok", "--forcing", "trust")
+    finally:
+        (cases_dir / "echo.yaml").unlink()
+    assert code == 1  # unforced-ok and forced-ok pass with the key; echo-auth's refusal fails
+    assert set(server.authorizations) == {f"Bearer {key}"}
+    [echoed] = {r.reason for r in read_results(tmp_path / "out" / "results.jsonl") if r.case_id == "echo-auth"}
+    assert "bad key Bearer ***" in echoed
+    written = _everything_written(tmp_path / "out", capsys.readouterr())
+    assert "echo-auth" in written and key not in written
+
+
+def test_credentials_in_the_base_url_are_sent_but_never_written(cases_dir, tmp_path, capsys):
+    with fake_server() as server:
+        url = server.base_url.replace("http://", "http://user:hunter2secret@")
+        code = cli(url, cases_dir, tmp_path / "out", "--case", "unforced-ok", "--case", "forced-ok",
+                   "--allow-skip", "cannot_force")
+    assert code == 0
+    assert len(server.authorizations) == 3 and {a.split()[0] for a in server.authorizations} == {"Basic"}
+    written = _everything_written(tmp_path / "out", capsys.readouterr())
+    assert "http://***@127.0.0.1" in written and "hunter2secret" not in written
