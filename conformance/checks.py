@@ -849,6 +849,12 @@ def judge(
     checks.append(check_marker_leaks(message, expected, markers))
     checks.append(check_arguments_schema(message, case.tool_parameters()))
     checks.append(finding_reasoning_field(message))
+    if transcript.endpoint == "chat":
+        from conformance.client_keys import client_key_checks
+        from conformance.server import PROFILES
+
+        profile = PROFILES.get(transcript.profile)
+        checks += client_key_checks(transcript, message, reading, profile.reasoning_field if profile else None)
     if transcript.forced and transcript.endpoint in VERIFIED_ENDPOINTS:
         checks.append(finding_forced_output(transcript))
     if reading is not None:
