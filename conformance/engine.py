@@ -351,6 +351,8 @@ def recheck(
     A transcript whose case is no longer defined, or whose recorded request is not what the case
     asks for today (its request or forced output changed since), gets an `error` result saying so."""
     by_id = {case.id: case for case in cases}
+    # the recorded run's own choices: `forcing_off` skips exist only under --forcing off
+    allowed_skips = {*allowed_skips, "forcing_off", *(["model_miss"] if any(t.natural for t in transcripts) else [])}
     results: list[CaseResult] = []
     for (case_id, profile, repeat), by_mode in group_by_key(transcripts).items():
         case = by_id.get(case_id)

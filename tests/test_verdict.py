@@ -380,3 +380,15 @@ def test_credentials_in_the_base_url_are_sent_but_never_written(cases_dir, tmp_p
     assert len(server.authorizations) == 3 and {a.split()[0] for a in server.authorizations} == {"Basic"}
     written = _everything_written(tmp_path / "out", capsys.readouterr())
     assert "http://***@127.0.0.1" in written and "hunter2secret" not in written
+
+
+def test_recheck_gives_the_same_verdict_with_the_same_allowances(cases_dir, tmp_path, capsys):
+    with fake_server() as server:
+        assert cli(server.base_url, cases_dir, tmp_path / "run", "--case", "forced-ok", "--case", "unforced-ok",
+                   "--allow-skip", "cannot_force") == 0
+    recording = str(tmp_path / "run" / "transcripts.jsonl")
+    common = ["recheck", recording, "--cases", str(cases_dir)]
+    assert main([*common, "--out", str(tmp_path / "a")]) == 2  # the allowance is the user's, per run
+    assert main([*common, "--out", str(tmp_path / "b"), "--allow-skip", "cannot_force"]) == 0
+    assert [r.skip_kind for r in read_results(tmp_path / "b" / "results.jsonl") if r.outcome == "skip"] == [
+        "cannot_force"] * 2
