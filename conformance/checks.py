@@ -25,6 +25,7 @@ from typing import Any, Literal, get_args
 from conformance.cases import MESSAGE_FIELDS, format_path
 from conformance.fixture import MARKER_TOKENS
 from conformance.forcing import VERIFIED_ENDPOINTS
+from conformance.server import PROFILES
 from conformance.transcript import Transcript
 
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
@@ -850,8 +851,7 @@ def judge(
     checks.append(check_arguments_schema(message, case.tool_parameters()))
     checks.append(finding_reasoning_field(message))
     if transcript.endpoint == "chat":
-        from conformance.client_keys import client_key_checks
-        from conformance.server import PROFILES
+        from conformance.client_keys import client_key_checks  # it builds on this module
 
         profile = PROFILES.get(transcript.profile)
         checks += client_key_checks(transcript, message, reading, profile.reasoning_field if profile else None)

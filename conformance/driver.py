@@ -19,7 +19,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -38,7 +38,7 @@ class Target:
     base_url: str  # ends in /v1
     model: str
     profile: str
-    api_key: str = "EMPTY"
+    api_key: str = field(default="EMPTY", repr=False)  # never shown, not even in a traceback's locals
     timeout: float = DEFAULT_TIMEOUT  # seconds per request, whole stream included
     can_force: bool | None = None  # None: ask the server with one probe request at the start of a run
     cannot_force_reason: str | None = None  # why forced cases are skipped when can_force is False

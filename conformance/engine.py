@@ -202,6 +202,7 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript
     from conformance.checks import read_stream, response_message
     from conformance.forcing import (
         ForcingUnsupported,
+        ServerRefused,
         token_ids_of,
         token_ids_of_stream,
         verify_forced_output,
@@ -219,7 +220,7 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript
         limit and token_ids and len(token_ids) >= limit)
     try:
         return verify_forced_output(tokenizer, case.force, token_ids, markers, truncated=truncated)
-    except (ForcingUnsupported, OSError, ValueError, LookupError, TypeError, AttributeError):
+    except (ForcingUnsupported, ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError):
         return None
 
 

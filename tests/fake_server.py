@@ -11,6 +11,8 @@ real vLLM). The scenario is the content of the request's last user message:
 * `error-midway`: a few chunks, then an error object with code 500 inside the stream;
 * `http-500`: HTTP 500 before anything is sent (`http-NNN`: HTTP NNN, the message `fake NNN`);
 * `echo-auth`: HTTP 400 whose message echoes the request's Authorization header (a careless server);
+* `token-ids`: the `ok` answer with `token_ids` (non-stream), for the forced-output verification,
+  which /tokenize and /detokenize refuse here with HTTP 403;
 * `stall`: the role chunk, then nothing for `stall_seconds`;
 * `refuse`: HTTP 400 with a vLLM-style error body (param `tool_choice`);
 * `no-done`: a complete stream without the final `data: [DONE]`;
@@ -159,6 +161,8 @@ class FakeServer:
                 if server.models is not None and body.get("model") not in server.models:
                     return self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
                                                       "type": "NotFoundError", "param": "model", "code": 404}})
+                if self.path in ("/tokenize", "/detokenize"):
+                    return self._json(403, {"error": {"message": "tokenizer endpoints are off", "code": 403}})
                 if self.path.endswith("/responses"):
                     return self._json(404, {"detail": "Not Found"})
                 scenario = body["messages"][-1]["content"]
@@ -176,6 +180,10 @@ class FakeServer:
                         return self._raw(200, b"{not json", "application/json")
                     if scenario in ("plain", "separators"):
                         return self._json(200, plain_response(SEPARATED if scenario == "separators" else PLAIN))
+                    if scenario == "token-ids":
+                        answer = good_response()
+                        answer["choices"][0]["token_ids"] = [1, 2]
+                        return self._json(200, answer)
                     return self._json(200, good_response())
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -221,7 +229,7 @@ class FakeServer:
             yield b"data: [DONE]\r\n\r"
             yield PAUSE
             yield b"\n"
-        elif scenario in ("ok", "ok-incremental"):
+        elif scenario in ("ok", "ok-incremental", "token-ids"):
             yield from (self._event(c) for c in chunks)
             yield done
         elif scenario == "no-done":

@@ -231,3 +231,13 @@ def test_an_unknown_profile_or_timeout_is_a_usage_error(pytester, cases_dir):
                                 "--conformance-profile=hf", f"--conformance-cases={cases_dir}", "--conformance-timeout=0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--conformance-timeout must be a positive number of seconds, not 0*"])
+
+
+def test_a_wrong_model_makes_every_item_an_error_not_a_skip(pytester, cases_dir):
+    with fake_server(models=frozenset({"fake"})) as server:
+        result = pytester.runpytest(
+            "--conformance-base-url", server.base_url, "--conformance-model", "typo", "--conformance-profile", "hf",
+            f"--conformance-cases={cases_dir}", "-p", "no:cacheprovider",
+        )  # fmt: skip
+    result.assert_outcomes(errors=7)
+    result.stdout.fnmatch_lines(["*good-call[[]stream[]] could not be judged: *HTTP 404: The model `typo` does not exist.*"])

@@ -392,3 +392,30 @@ def test_recheck_gives_the_same_verdict_with_the_same_allowances(cases_dir, tmp_
     assert main([*common, "--out", str(tmp_path / "b"), "--allow-skip", "cannot_force"]) == 0
     assert [r.skip_kind for r in read_results(tmp_path / "b" / "results.jsonl") if r.outcome == "skip"] == [
         "cannot_force"] * 2
+
+
+def test_a_target_never_shows_its_key():
+    target = Target(base_url="http://u:pw-secret@127.0.0.1:1/v1", model="m", profile="hf", api_key="sk-hidden-1")
+    assert "sk-hidden-1" not in repr(target) and target.shown_url == "http://***@127.0.0.1:1/v1"
+    assert target.redact({"error": ["sk-hidden-1 and pw-secret"]}) == {"error": ["*** and ***"]}
+
+
+def test_tokenizer_endpoints_refusing_leave_the_forced_output_unverified_not_the_run_broken(tmp_path):
+    cases = list(load_cases(tmp_path, f"""
+- id: verified
+  description: A forced answer with token ids, which the server's tokenizer endpoints then refuse to decode.
+  features: [tool_call]
+  modes: [non-stream]
+  request:
+    messages: [{{role: user, content: token-ids}}]
+    tools: [get_weather]
+  force: "x"
+  expect:
+    hf:{GOOD}
+""").values())
+    with fake_server() as server:
+        output = run(cases, Target(base_url=server.base_url, model="fake", profile="hf", can_force=True), tmp_path / "o")
+    [result] = output.results
+    assert result.outcome == "pass", result.reason
+    [forced] = [c for c in result.checks if c.name == "forced_output"]
+    assert forced.outcome == "skip" and "not verified" in forced.reason
