@@ -92,7 +92,8 @@ class ExpectedPreflight:
 @dataclass(frozen=True)
 class Expectation:
     """What one profile must return: either `error`, or `message` + `finish_reason`, or (endpoint
-    `preflight`) `preflight`.
+    `preflight`) `preflight`; or `skip`, a known reason why the profile cannot run the case (the
+    case is then not sent, and its skip does not count against the run's verdict).
 
     `stream_overrides` names the fields (of reasoning, content, tool_calls, finish_reason) where the
     reassembled stream knowingly differs from the non-streaming response; `stream_message` and
@@ -108,10 +109,11 @@ class Expectation:
     stream_message: ExpectedMessage | None = None
     stream_finish_reason: str | None = None
     preflight: ExpectedPreflight | None = None
+    skip: str | None = None
 
     def for_mode(self, mode: Mode) -> Expectation:
         """The expectation in `mode`, with the stream overrides applied for "stream"."""
-        if mode == "non-stream" or self.error is not None:
+        if mode == "non-stream" or self.error is not None or self.skip is not None:
             return self
         return replace(self, message=self.stream_message, finish_reason=self.stream_finish_reason)
 
@@ -523,6 +525,8 @@ def _build_expectation(raw: Mapping[str, Any]) -> Expectation:
         return Expectation(preflight=ExpectedPreflight(**raw["preflight"]))
     if "error" in raw:
         return Expectation(error=ExpectedError(**raw["error"]))
+    if "skip" in raw:
+        return Expectation(skip=" ".join(raw["skip"].split()))
     message = _build_message(raw["message"])
     overrides = raw.get("stream", {})
     return Expectation(
@@ -641,7 +645,8 @@ def _schema_problems(data: Any, validator: Any) -> Iterator[tuple[list[str | int
 
 
 # keys that some subschema forbids with `false` (see _schema_problems)
-_FORBIDDEN_KEYS = ("model", "stream", "message", "finish_reason", "tool_call_streaming", "force", "natural", "modes")
+_FORBIDDEN_KEYS = ("model", "stream", "message", "finish_reason", "tool_call_streaming", "force", "natural", "modes",
+                   "error")
 
 
 def _at_path(data: Any, path: list[str | int]) -> Any:

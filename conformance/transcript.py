@@ -59,6 +59,7 @@ class Transcript:
     response: dict[str, Any] | None = None  # non-streaming JSON body; a preflight's {"headers", "body"}
     transport_error: str | None = None  # connection refused, timeout, broken stream...
     skip_reason: str | None = None  # the request was not sent (e.g. the server cannot force outputs)
+    skip_kind: str | None = None  # its kind (conformance.checks.SkipKind)
     # Forced requests: what the server's tokenizer says of the returned token ids (conformance.forcing):
     # [] = exactly the forced text, every marker as its single token; None = could not be verified.
     forcing_problems: list[str] | None = None

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from conformance import exit_codes
+from conformance.checks import SKIP_KINDS
 from conformance.commands import add_verb
 
 DESCRIPTION = """\
@@ -32,6 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: <transcripts dir>/recheck)")
     parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="local checkpoint directory: its response_template gives the markers checked for leaks")
+    parser.add_argument("--allow-skip", action="append", default=[], choices=SKIP_KINDS, metavar="KIND",
+                        help="a skip of this kind does not keep the verdict from passing (repeatable; as for run)")
     parser.set_defaults(func=run)
 
 
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if not transcripts:
         print(f"conformance recheck: error: {args.transcripts}: no transcripts in this file", file=sys.stderr)
         return exit_codes.ERROR
-    results = recheck(transcripts, cases, markers=markers)
+    results = recheck(transcripts, cases, markers=markers, allowed_skips=args.allow_skip)
     out_dir = args.out or args.transcripts.parent / "recheck"
     out_dir.mkdir(parents=True, exist_ok=True)
     header = make_header("results", cases=[c for c in cases if c.id in {t.case_id for t in transcripts}],

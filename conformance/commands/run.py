@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import math
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import exit_codes
+from conformance.checks import SKIP_KINDS
 from conformance.commands import add_verb
 from conformance.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
 
@@ -57,7 +60,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                         help=f"seconds per request (default: {DEFAULT_TIMEOUT:g})")
-    parser.add_argument("--api-key", default="EMPTY", metavar="KEY", help="API key sent to the server (default: EMPTY)")
+    parser.add_argument("--api-key", metavar="KEY",
+                        help="API key sent to the server (default: $OPENAI_API_KEY, else EMPTY); never written anywhere")
+    parser.add_argument("--allow-skip", action="append", default=[], choices=SKIP_KINDS, metavar="KIND",
+                        help="a skip of this kind does not keep the run from passing (repeatable; kinds: "
+                             f"{', '.join(SKIP_KINDS)}; see cases/README.md)")
     parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="local checkpoint directory: its response_template gives the markers checked for leaks")
     parser.add_argument("--checkpoint-revision", metavar="REV", help="revision recorded in the reports")
@@ -71,10 +78,13 @@ def _usage_error(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from conformance.cases import CaseFileError, load_features, load_suite
-    from conformance.engine import CheckpointError, select_cases
+    from conformance.engine import CheckpointError, known_profiles, select_cases
 
     if args.base_url and not (args.model and args.profile):
         return _usage_error("--base-url needs --model and --profile")
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
+        return _usage_error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    args.api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"  # as the openai client does
     if args.launch:
         from conformance.server import PROFILES
 
@@ -88,9 +98,14 @@ def run(args: argparse.Namespace) -> int:
         unknown_features = sorted(set(args.feature) - set(load_features(args.cases)))
         if unknown_features:
             return _usage_error(f"unknown feature tag(s): {', '.join(unknown_features)} (see cases/features.txt)")
-        cases = select_cases(load_suite(args.cases), args.case, args.feature)
+        suite = load_suite(args.cases)
+        cases = select_cases(suite, args.case, args.feature)
     except (CaseFileError, ValueError) as exc:
         return _usage_error(str(exc))
+    profile = args.profile or args.launch
+    if profile not in known_profiles(suite):
+        return _usage_error(f"unknown profile {profile!r}: no profile record and no case expectation names it "
+                            f"(known: {', '.join(sorted(known_profiles(suite)))})")
     if not cases:
         return _usage_error("no case matches the selection")
     out_dir = args.out or Path("reports") / f"run-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
@@ -98,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # unwind: a launched server is stopped
     try:
         with _target(args, out_dir) as (target, markers):
-            print(f"running {len(cases)} cases against {target.base_url} ({target.profile} profile); "
+            print(f"running {len(cases)} cases against {target.shown_url} ({target.profile} profile); "
                   f"writing to {out_dir}", file=sys.stderr)
             return _run_and_report(cases, target, markers, out_dir, args)
     except (TargetError, CheckpointError) as exc:
@@ -114,15 +129,36 @@ def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out
     try:
         output = run_engine(
             cases, target, out_dir, concurrency=args.concurrency, repeat=args.repeat, natural=args.natural,
-            markers=markers, progress=True,
+            markers=markers, progress=True, allowed_skips=args.allow_skip,
         )  # fmt: skip
     except KeyboardInterrupt:
         return _report_interrupted_run(out_dir, expected=request_count(cases, args.repeat))
     paths = write_reports(out_dir, output.results, output.stamp, output.transcripts)
-    print(output.summary.line())
     for kind, path in paths.items():
         print(f"{kind}: {path}")
+    for line in problem_lines(output.results):
+        print(line)
+    print(output.summary.line())
+    if output.summary.verdict_reason:
+        print(f"{output.summary.verdict}: {output.summary.verdict_reason}")
     return output.summary.exit_code
+
+
+MAX_PROBLEM_LINES = 50
+
+
+def problem_lines(results: list[Any], width: int = 160) -> list[str]:
+    """One line per failed or errored check (outcome, case, mode, check: reason), for the end of a run."""
+    lines = []
+    for result in results:
+        if result.outcome in ("fail", "error"):
+            for check in result.failed_checks() or [None]:
+                name, reason = (check.name, check.reason) if check else ("-", result.reason)
+                line = f"{result.outcome.upper():5} {result.case_id} {result.mode} {name}: {' '.join(reason.split())}"
+                lines.append(line if len(line) <= width else line[: width - 1] + "…")
+    if len(lines) > MAX_PROBLEM_LINES:
+        lines[MAX_PROBLEM_LINES:] = [f"... and {len(lines) - MAX_PROBLEM_LINES} more (see report.md)"]
+    return (["failures and errors:", *lines] if lines else [])
 
 
 def _report_interrupted_run(out_dir: Path, expected: int) -> int:

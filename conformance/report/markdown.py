@@ -11,7 +11,17 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conformance.results import OUTCOMES, CaseResult, failed_findings, finding_counts, summaries_by_profile, summarize
+from conformance import exit_codes
+from conformance.checks import ERROR, FAIL, PASS
+from conformance.results import (
+    OUTCOMES,
+    CaseResult,
+    Summary,
+    failed_findings,
+    finding_counts,
+    summaries_by_profile,
+    summarize,
+)
 from conformance.report.markdown_text import code_span, plain, visible
 from conformance.report.stamp import stamp_lines
 
@@ -55,9 +65,18 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     return lines
 
 
+def _heading(summary: Summary, completion: str) -> str:
+    """The verdict the exit code gives: pass (0), fail (1), or error (2) with why; an unfinished run is an error."""
+    verdict, reason = summary.verdict, summary.verdict_reason
+    if completion != "complete":
+        verdict, reason = ERROR, completion
+    code = {PASS: exit_codes.OK, FAIL: exit_codes.FAILED}.get(verdict, exit_codes.ERROR)
+    return f"# {ICONS[verdict]} Conformance run: {verdict} (exit {code})" + (f": {_cell(reason)}" if reason else "")
+
+
 def render(results: Sequence[CaseResult], stamp: Mapping[str, Any]) -> str:
     summary = summarize(results)
-    lines = [f"# {ICONS[summary.exit_outcome]} Conformance run", ""]
+    lines = [_heading(summary, stamp.get("completion") or "complete"), ""]
     lines += _table(["", ""], stamp_lines(stamp)) + ["", f"**{summary.line()}**", ""]
 
     rows = [[profile, *(s.counts[o] for o in OUTCOMES), s.model_misses]
