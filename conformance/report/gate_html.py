@@ -225,6 +225,7 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
     parts = ["<h2 id='behaviours'>Behaviours by feature</h2><p class='note'>One row per case (both modes folded), "
              "under its first feature; <b>show</b> opens a changed row's requests, answers and client actions.</p>"]
     used_ids: set[str] = set()
+    by_case = view.groups_by_case(groups)
     for feature, rows in view.behaviours_by_feature(gate).items():
         body = []
         for behaviour in rows:
@@ -234,7 +235,7 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
             while row_id in used_ids:
                 row_id += "_"
             used_ids.add(row_id)
-            case_groups = view.groups_of_case(groups, case_id)
+            case_groups = by_case.get(case_id, [])
             toggle = "<button class='toggle' aria-expanded='false'>▸ show</button>" if case_groups else ""
             body.append(
                 f"<tr id='{row_id}' class='case' {_attrs(state, behaviour.get('features') or [])}>"

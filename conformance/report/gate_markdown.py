@@ -124,6 +124,7 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
              "One row per case (both modes folded), under its first feature. Each changed row is followed by the "
              "request, both servers' answers and the client action.", ""]
     used, cut = 0, 0
+    by_case = view.groups_by_case(groups)
     for feature, rows in view.behaviours_by_feature(gate).items():
         table = [f"### {text(feature)}", ""] + _table(
             ["case", f"{code(labels['baseline'], True)} (baseline)", f"{code(labels['candidate'], True)} (candidate)",
@@ -133,7 +134,7 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
         ) + [""]
         details = []
         for behaviour in rows:
-            case_groups = view.groups_of_case(groups, str(behaviour.get("case_id")))
+            case_groups = by_case.get(str(behaviour.get("case_id")), [])
             if view.row_state(behaviour) == "unchanged" and not case_groups:
                 continue
             details += [f"**{code(str(behaviour.get('case_id')))}**: {text(view.plain(behaviour.get('description') or '', 400))}", ""]

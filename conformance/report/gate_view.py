@@ -135,8 +135,11 @@ def difference_groups(gate: Mapping[str, Any]) -> list[DifferenceGroup]:
     return sorted(groups, key=lambda g: (g.acknowledged, order.get(g.case_id, len(order)), g.mode, g.kind))
 
 
-def groups_of_case(groups: Sequence[DifferenceGroup], case_id: str) -> list[DifferenceGroup]:
-    return [g for g in groups if g.case_id == case_id]
+def groups_by_case(groups: Sequence[DifferenceGroup]) -> dict[str, list[DifferenceGroup]]:
+    by_case: dict[str, list[DifferenceGroup]] = {}
+    for group in groups:
+        by_case.setdefault(group.case_id, []).append(group)
+    return by_case
 
 
 def row_state(behaviour: Mapping[str, Any]) -> RowState:
