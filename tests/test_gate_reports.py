@@ -107,6 +107,9 @@ def test_markdown_follows_each_changed_row_with_excerpts_and_the_client_action()
             assert detail not in text
     # The team's own words win over the default, backticks made code.
     assert "- **Client action**: send `tool_choice: auto`; check for a call yourself" in text
+    # Within a case, what still needs acknowledging comes first.
+    assert (text.index("#### `tool-choice-required` · `non-stream` · request newly refused (**not acknowledged**)")
+            < text.index("#### `tool-choice-required` · `stream` · request newly refused (acknowledged)"))
     # The request and both answers of that difference.
     assert '- **Request** (the fields that matter): `{"tool_choice": "required", "stream": true}`' in text
     assert '- **`legacy` answered**: `HTTP 200, tool call get_weather({"city": "Paris"})`' in text
@@ -291,6 +294,8 @@ def test_html_differences_of_one_case_mode_and_kind_share_one_id():
     groups = gate_view.difference_groups(gate)
     same = [g for g in groups if g.anchor == "diff-string-values-cast-to-integer-stream-message"]
     assert len(same) == 1 and len(same[0].members) == 2
+    # Headings count differences as the verdict does, and say when rows hold several.
+    assert "### Unacknowledged differences (13, in 12 rows)" in gate_markdown.render(gate)
     page = gate_html.render(gate)
     assert page.count("id='diff-string-values-cast-to-integer-stream-message'") == 1
     assert "second call cast too" in page
@@ -396,6 +401,8 @@ def test_junit_has_a_testcase_per_difference_and_fails_the_unacknowledged():
     assert [c.get("name") for c in cases if c.find("skipped") is not None] == ["stale expect.yaml:40"]
     hostile = next(c for c in cases if c.get("classname") == "hostile-case" and c.get("name") == "stream message")
     assert gate_view.printable(HOSTILE) in hostile.find("failure").get("message")
+    model = next(p for p in root.iter("property") if p.get("name") == "candidate.model")
+    assert model.get("value") == "/tmp/tiny " + gate_view.printable(HOSTILE, keep_newlines=True)
 
 
 def test_junit_verdict_testcase_matches_the_gate():

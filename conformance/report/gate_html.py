@@ -190,7 +190,7 @@ def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> str:
             for g in chosen
         )
         parts.append(
-            f"<h3 class='state-{state}'>{title} ({len(chosen)})</h3><p class='note'>{note}</p>"
+            f"<h3 class='state-{state}'>{view.count_heading(title, chosen)}</h3><p class='note'>{note}</p>"
             "<table class='todo'><thead><tr><th style='width:19%'>case</th><th style='width:8%'>mode</th>"
             "<th style='width:12%'>difference</th><th style='width:23%'>what changed</th>"
             f"<th>client action</th></tr></thead><tbody>{rows}</tbody></table>"

@@ -82,7 +82,7 @@ def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> list
         chosen = [g for g in groups if g.acknowledged == acknowledged]
         if not chosen:
             continue
-        lines += [f"### {title} ({len(chosen)})", "", note, ""]
+        lines += [f"### {view.count_heading(title, chosen)}", "", note, ""]
         lines += _table(
             ["case", "mode", "difference", "what changed", "client action"],
             [[code(g.case_id, True), code(g.mode, True), text(g.title), text(g.summary),

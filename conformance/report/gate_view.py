@@ -135,6 +135,13 @@ def difference_groups(gate: Mapping[str, Any]) -> list[DifferenceGroup]:
     return sorted(groups, key=lambda g: (g.acknowledged, order.get(g.case_id, len(order)), g.mode, g.kind))
 
 
+def count_heading(title: str, groups: Sequence[DifferenceGroup]) -> str:
+    """`title (N)`, N counting differences as the verdict does; rows (one per case, mode, kind) added
+    when some row holds several."""
+    differences = sum(len(g.members) for g in groups)
+    return f"{title} ({differences})" if differences == len(groups) else f"{title} ({differences}, in {len(groups)} rows)"
+
+
 def groups_by_case(groups: Sequence[DifferenceGroup]) -> dict[str, list[DifferenceGroup]]:
     by_case: dict[str, list[DifferenceGroup]] = {}
     for group in groups:
@@ -316,8 +323,8 @@ def _client_replay(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -
 def _outcome(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
     base, cand = difference_values(member)
     return ["not a client change: the case is ", Code(base), " under ", Code(side_labels["baseline"]), " and ",
-            Code(cand), " under ", Code(side_labels["candidate"]), "; read the candidate run's failed checks ",
-            "(", Code("candidate/results.jsonl"), ") before switching."]
+            Code(cand), " under ", Code(side_labels["candidate"]), "; read the failed checks in the candidate run's ",
+            Code("report.html"), " before switching."]
 
 
 def _review(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
