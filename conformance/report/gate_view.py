@@ -356,6 +356,13 @@ def seconds(value: Any) -> str:
     return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.2f} s"
 
 
+def delay_phrase(delay: float) -> str:
+    """`56 ms later`, `10 ms earlier` or `at the same time` for a candidate-minus-baseline delay."""
+    if round(delay * 1000) == 0:
+        return "at the same time"
+    return f"{seconds(abs(delay))} {'later' if delay > 0 else 'earlier'}"
+
+
 def _stats_text(stats: Any) -> str:
     if not isinstance(stats, Mapping) or not stats.get("n"):
         return "not seen"
@@ -377,12 +384,15 @@ def timing_sentence(gate: Mapping[str, Any]) -> Segments:
     if not delay.get("n") or not isinstance(delay.get("p50"), (int, float)):
         return ["No streamed case showed a tool name under both servers, so the delay of the first visible tool "
                 "name was not measured."]
-    p50 = delay["p50"]
-    when = f"{seconds(abs(p50))} later" if p50 > 0 else f"{seconds(abs(p50))} earlier" if p50 < 0 else "at the same time"
-    return ["Under ", Code(side_labels["candidate"]), " the first tool name becomes visible ", when, " than under ",
-            Code(side_labels["baseline"]), f" (median over {delay['n']} streamed case runs; p90 {seconds(delay.get('p90'))}, "
-            f"max {seconds(delay.get('max'))}). A client that shows the tool being called as soon as its name "
-            "streams shows it that much later."]
+    phrase = delay_phrase(delay["p50"])
+    figures = [f"{delay_phrase(delay[q])} at {name}" for q, name in (("p90", "p90"), ("max", "the most"))
+               if isinstance(delay.get(q), (int, float))]
+    later = any(isinstance(delay.get(q), (int, float)) and round(delay[q] * 1000) > 0 for q in ("p50", "p90"))
+    return ["Under ", Code(side_labels["candidate"]), " the first tool name becomes visible ", phrase,
+            " as under " if phrase == "at the same time" else " than under ", Code(side_labels["baseline"]),
+            f" at the median of {delay['n']} streamed case runs", *([" (", ", ".join(figures), ")"] if figures else []),
+            ".", *([" A client that shows the tool being called as soon as its name streams shows it that much later "
+                    "in those runs."] if later else [])]
 
 
 # ---- browser clients (CORS) --------------------------------------------------------------------
