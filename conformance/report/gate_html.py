@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from conformance.report import gate_actions as actions
 from conformance.report import gate_view as view
 from conformance.report.gate_view import Code, DifferenceGroup, Segments
 
@@ -175,27 +176,42 @@ def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> str:
     parts = ["<h2 id='to-do'>What clients must change</h2>"]
     if not groups:
         return parts[0] + "<p>No client-visible difference was found between the two servers.</p>"
-    for acknowledged, title, note in (
-        (False, "Unacknowledged differences", "Not covered by the expectations file: the gate fails on each."),
-        (True, "Acknowledged differences", "Known and accepted in the expectations file; clients must still do this."),
-    ):
-        chosen = [g for g in groups if g.acknowledged == acknowledged]
+    items = actions.to_do(groups, labels)
+    for acknowledged, title, note in actions.TO_DO_SECTIONS:
+        chosen = [item for item in items if item.acknowledged == acknowledged]
         if not chosen:
             continue
         state = "acknowledged" if acknowledged else "unacknowledged"
         rows = "".join(
-            f"<tr {_attrs(state, g.features)}><td class='id'><a href='#{g.anchor}'>{c(g.case_id)}</a></td>"
-            f"<td class='id'>{c(g.mode)}</td>"
-            f"<td>{h(g.title)}</td><td>{h(g.summary)}</td><td>{segments(view.client_action(g.members[0], labels))}</td></tr>"
-            for g in chosen
+            f"<tr {_attrs(state, item.features)}><td>{h(item.title)}</td><td>{_where(item)}</td>"
+            f"<td>{_example(item)}</td><td>{segments(item.action)}</td></tr>"
+            for item in chosen
         )
         parts.append(
-            f"<h3 class='state-{state}'>{view.count_heading(title, chosen)}</h3><p class='note'>{note}</p>"
-            "<table class='todo'><thead><tr><th style='width:19%'>case</th><th style='width:8%'>mode</th>"
-            "<th style='width:12%'>difference</th><th style='width:23%'>what changed</th>"
-            f"<th>client action</th></tr></thead><tbody>{rows}</tbody></table>"
+            f"<h3 class='state-{state}'>{h(actions.to_do_heading(title, chosen))}</h3><p class='note'>{note}</p>"
+            "<table class='todo'><thead><tr><th style='width:12%'>difference</th><th style='width:26%'>where</th>"
+            f"<th style='width:24%'>what changed</th><th>client action</th></tr></thead><tbody>{rows}</tbody></table>"
         )
     return "".join(parts)
+
+
+def _where(item: actions.ToDo) -> str:
+    def link(case_id: str, modes: str, anchor: str) -> str:
+        return f"<a href='#{anchor}'>{c(case_id)}</a> ({h(modes)})"
+
+    cases = item.where()
+    links = ", ".join(link(*case) for case in cases[: actions.MAX_ROWS_LISTED])
+    hidden = cases[actions.MAX_ROWS_LISTED:]
+    if hidden:
+        rest = ", ".join(link(*case) for case in hidden)
+        links += f" <details class='more'><summary>and {len(hidden)} more</summary>{rest}</details>"
+    return links
+
+
+def _example(item: actions.ToDo) -> str:
+    group, member = item.entries[0]
+    example = h(view.plain(member.get("summary") or group.title, 300))
+    return f"e.g. {c(group.case_id)}: {example}" if len(item.rows) > 1 else example
 
 
 def _difference(group: DifferenceGroup, labels: Mapping[str, str]) -> str:
@@ -210,7 +226,7 @@ def _difference(group: DifferenceGroup, labels: Mapping[str, str]) -> str:
         if found["request"] is not None:
             rows.append(("Request", c(found["request"])))
         rows += [(f"{c(labels[side])} answered", c(found[side])) for side in view.SIDES if found[side] is not None]
-        rows.append(("Client action", segments(view.client_action(member, labels))))
+        rows.append(("Client action", segments(actions.client_action(member, labels))))
         ack = view.acknowledgement(member)
         if ack:
             where = ", ".join(f"{key} {c(value)}" for key, value in ack.items() if key != "reason")

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from conformance.report import gate_actions as actions
 from conformance.report import gate_view as view
 from conformance.report.gate_view import Code, DifferenceGroup, Segments
 
@@ -71,26 +72,30 @@ def _head(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
 
 
 def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> list[str]:
-    """The differences as a to-do list: unacknowledged first, then acknowledged."""
+    """The differences as a to-do list: one row per distinct advice, unacknowledged first."""
     lines = ["", "## What clients must change", ""]
     if not groups:
         return lines + ["No client-visible difference was found between the two servers."]
-    for acknowledged, title, note in (
-        (False, "Unacknowledged differences", "Not covered by the expectations file: the gate fails on each."),
-        (True, "Acknowledged differences", "Known and accepted in the expectations file; clients must still do this."),
-    ):
-        chosen = [g for g in groups if g.acknowledged == acknowledged]
-        if not chosen:
-            continue
-        lines += [f"### {view.count_heading(title, chosen)}", "", note, ""]
-        lines += _table(
-            ["case", "mode", "difference", "what changed", "client action"],
-            [[code(g.case_id, True), code(g.mode, True), text(g.title), text(g.summary),
-              segments(view.client_action(g.members[0], labels), True)] for g in chosen],
-            more="differences",
-        )
-        lines.append("")
+    items = actions.to_do(groups, labels)
+    for acknowledged, title, note in actions.TO_DO_SECTIONS:
+        chosen = [item for item in items if item.acknowledged == acknowledged]
+        if chosen:
+            lines += [f"### {actions.to_do_heading(title, chosen)}", "", note, ""]
+            lines += _table(["difference", "where", "what changed", "client action"],
+                            [_to_do_row(item) for item in chosen], more="things to do") + [""]
     return lines
+
+
+def _to_do_row(item: actions.ToDo) -> list[str]:
+    cases = item.where()
+    where = ", ".join(f"{code(case_id, True)} ({text(modes)})" for case_id, modes, _ in cases[: actions.MAX_ROWS_LISTED])
+    if len(cases) > actions.MAX_ROWS_LISTED:
+        where += f" and {len(cases) - actions.MAX_ROWS_LISTED} more"
+    group, member = item.entries[0]
+    example = text(view.plain(member.get("summary") or group.title, 300))
+    if len(item.rows) > 1:
+        example = f"e.g. {code(group.case_id, True)}: {example}"
+    return [text(item.title), where, example, segments(item.action, True)]
 
 
 def _difference_details(group: DifferenceGroup, labels: Mapping[str, str]) -> list[str]:
@@ -108,7 +113,7 @@ def _difference_details(group: DifferenceGroup, labels: Mapping[str, str]) -> li
         for side in view.SIDES:
             if found[side] is not None:
                 lines.append(f"- **{code(labels[side])} answered**: {code(found[side])}")
-        lines.append(f"- **Client action**: {segments(view.client_action(member, labels))}")
+        lines.append(f"- **Client action**: {segments(actions.client_action(member, labels))}")
         ack = view.acknowledgement(member)
         if ack:
             where = ", ".join(f"{key} {code(value)}" for key, value in ack.items() if key != "reason")

@@ -135,13 +135,6 @@ def difference_groups(gate: Mapping[str, Any]) -> list[DifferenceGroup]:
     return sorted(groups, key=lambda g: (g.acknowledged, order.get(g.case_id, len(order)), g.mode, g.kind))
 
 
-def count_heading(title: str, groups: Sequence[DifferenceGroup]) -> str:
-    """`title (N)`, N counting differences as the verdict does; rows (one per case, mode, kind) added
-    when some row holds several."""
-    differences = sum(len(g.members) for g in groups)
-    return f"{title} ({differences})" if differences == len(groups) else f"{title} ({differences}, in {len(groups)} rows)"
-
-
 def groups_by_case(groups: Sequence[DifferenceGroup]) -> dict[str, list[DifferenceGroup]]:
     by_case: dict[str, list[DifferenceGroup]] = {}
     for group in groups:
@@ -192,8 +185,21 @@ def _counts_text(summary: Mapping[str, Any] | None) -> str:
     return f"{summary.get('total', '?')} results: " + ", ".join(f"{n} {o}" for o, n in counts.items())
 
 
+def unwrapped(value: Any) -> Any:
+    """A recorded value as a person reads it: tool-call arguments without their `{"json": ...}` wrapper
+    (`{"raw": ...}`, arguments that are not JSON, stays as it is)."""
+    if isinstance(value, Mapping):
+        if len(value) == 1 and "json" in value:
+            return unwrapped(value["json"])
+        return {k: unwrapped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrapped(v) for v in value]
+    return value
+
+
 def difference_values(member: Mapping[str, Any]) -> tuple[str, str]:
-    return json_text(member.get("baseline"), 300), json_text(member.get("candidate"), 300)
+    """Both sides' values of a difference as one-line JSON."""
+    return json_text(unwrapped(member.get("baseline")), 300), json_text(unwrapped(member.get("candidate")), 300)
 
 
 def excerpt(member: Mapping[str, Any]) -> dict[str, str | None]:
@@ -212,138 +218,6 @@ def acknowledgement(member: Mapping[str, Any]) -> dict[str, str] | None:
     if not ack:
         return None
     return {key: plain(ack.get(key), 400) for key in ("reason", "reference", "source") if ack.get(key)}
-
-
-# ---- what a client must do ----------------------------------------------------------------------
-
-
-def client_action(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    """The acknowledgement's `client_action` when the team wrote one, else a default for the kind,
-    worded from the recorded values."""
-    ack = member.get("acknowledged") or {}
-    if ack.get("client_action"):
-        return code_segments(shorten(str(ack["client_action"]), 600))
-    rule = _DEFAULT_ACTIONS.get(str(member.get("kind")), _review)
-    return rule(member, side_labels)
-
-
-def _status(value: Any) -> str:
-    return str(value.get("status")) if isinstance(value, Mapping) and value.get("status") is not None else "?"
-
-
-def _sent(member: Mapping[str, Any], param: str) -> Any:
-    request = (member.get("excerpt") or {}).get("request")
-    return request.get(param) if isinstance(request, Mapping) else None
-
-
-def _refused(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    answer = member.get("candidate") if isinstance(member.get("candidate"), Mapping) else {}
-    param = str(answer.get("param") or member.get("field") or "")
-    sent = _sent(member, param)
-    refusal: Segments = [" is refused by ", Code(side_labels["candidate"]), " with HTTP ", Code(_status(answer)),
-                         *((" param ", Code(param)) if param else ())]
-    if param == "tool_choice" and sent == "required":
-        advice: Segments = ["send ", Code('tool_choice: "auto"'), "; ", Code('"required"'), *refusal,
-                            ", and a tool call is no longer forced: handle an answer without one"]
-    elif param == "tool_choice" and isinstance(sent, Mapping):
-        advice = ["send ", Code('tool_choice: "auto"'), " and name the tool in the prompt; a named tool choice",
-                  *refusal, ", and the model may then call another tool or none"]
-    elif param == "tools":
-        advice = ["drop ", Code("strict: true"), " from the tool definitions; a strict tool", *refusal,
-                  ", so validate the arguments against the schema yourself"]
-    elif param == "parallel_tool_calls" and sent is False:
-        advice = ["omit ", Code("parallel_tool_calls"), " (or send ", Code("null"), "); ",
-                  Code("parallel_tool_calls: false"), *refusal, ", so keep only the first tool call yourself"]
-    elif param:
-        advice = ["stop sending ", Code(f"{param}: {json_text(sent, 120)}" if sent is not None else param), *refusal]
-    else:
-        advice = ["this request", *refusal]
-    return [*advice, "; openai-python raises ", Code("openai.BadRequestError"), " from ", Code("create()"), "."]
-
-
-def _accepted(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    before = member.get("baseline") if isinstance(member.get("baseline"), Mapping) else {}
-    param = before.get("param") or member.get("field")
-    what: Segments = ["this request (", Code(str(param)), ")"] if param else ["this request"]
-    return [*what, " is now answered by ", Code(side_labels["candidate"]), " (HTTP ", Code(_status(member.get("candidate"))),
-            ") where ", Code(side_labels["baseline"]), " refused it with HTTP ", Code(_status(before)),
-            ": code that relied on the refusal (a fallback, a feature probe) now gets a normal answer."]
-
-
-def _message(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    field = str(member.get("field") or "message")
-    base, cand = difference_values(member)
-    if field == "content" and member.get("baseline") in (None, "") and member.get("candidate") not in (None, ""):
-        lead: Segments = ["content now arrives beside the tool calls; show or drop ", Code("message.content"),
-                          " on purpose instead of assuming it is empty when there are tool calls"]
-    elif field.endswith("arguments"):
-        lead = ["parse ", Code(field), " as JSON and accept the types of the tool's schema (values may arrive cast, ",
-                "e.g. ", Code('"5"'), " as ", Code("5"), "); never compare the raw string"]
-    else:
-        lead = ["read ", Code(field), " as the candidate gives it"]
-    return [*lead, ": ", Code(side_labels["baseline"]), " gave ", Code(base), ", ", Code(side_labels["candidate"]),
-            " gives ", Code(cand), "."]
-
-
-def _reasoning_field(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = (plain(member.get(s), 80) for s in SIDES)
-    return ["read the reasoning from ", Code(cand), " (", Code(side_labels["baseline"]), " used ", Code(base),
-            "); reading both keeps a client working with either server."]
-
-
-def _stream_shape(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = difference_values(member)
-    field = member.get("field")
-    where: Segments = [" (", Code(str(field)), ": ", Code(side_labels["baseline"]), " ", Code(base), ", ",
-                       Code(side_labels["candidate"]), " ", Code(cand), ")"]
-    return ["accumulate each tool call's ", Code("function.arguments"), " by concatenating the deltas of its ",
-            Code("index"), " and parse them only after ", Code("finish_reason"), "; do not expect the name or the ",
-            "arguments in a particular chunk or in a particular number of deltas", *where, "."]
-
-
-def _finish_reason(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = difference_values(member)
-    return ["handle ", Code(f"finish_reason: {cand}"), " where ", Code(side_labels["baseline"]), " sent ", Code(base),
-            "; decide on tool calls from ", Code("message.tool_calls"), ", not from ", Code("finish_reason"), " alone."]
-
-
-def _usage(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = difference_values(member)
-    return ["do not depend on ", Code(str(member.get("field") or "usage")), ": ", Code(side_labels["candidate"]),
-            " reports ", Code(cand), " where ", Code(side_labels["baseline"]), " reported ", Code(base), "."]
-
-
-def _client_replay(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = difference_values(member)
-    return ["if you use openai-python's stream accumulator (", Code("client.chat.completions.stream()"), ", ",
-            Code("ChatCompletionStreamState"), "), check its final message: it comes out as ", Code(cand), " under ",
-            Code(side_labels["candidate"]), " and ", Code(base), " under ", Code(side_labels["baseline"]), "."]
-
-
-def _outcome(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = difference_values(member)
-    return ["not a client change: the case is ", Code(base), " under ", Code(side_labels["baseline"]), " and ",
-            Code(cand), " under ", Code(side_labels["candidate"]), "; read the failed checks in the candidate run's ",
-            Code("report.html"), " before switching."]
-
-
-def _review(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = difference_values(member)
-    return ["review ", Code(str(member.get("field") or member.get("kind"))), ": ", Code(side_labels["baseline"]), " ",
-            Code(base), ", ", Code(side_labels["candidate"]), " ", Code(cand), "."]
-
-
-_DEFAULT_ACTIONS = {
-    "request_refused": _refused,
-    "request_accepted": _accepted,
-    "message": _message,
-    "reasoning_field": _reasoning_field,
-    "stream_shape": _stream_shape,
-    "finish_reason": _finish_reason,
-    "usage": _usage,
-    "client_replay": _client_replay,
-    "outcome": _outcome,
-}
 
 
 # ---- timing ------------------------------------------------------------------------------------
