@@ -68,6 +68,10 @@ def _parse(html: str) -> _Tags:
     return parser
 
 
+def _state(gate: dict, behaviour: dict) -> str:
+    return gate_view.row_state(behaviour, gate_view.groups_by_case(gate_view.difference_groups(gate)).get(behaviour["case_id"], []))
+
+
 def _unacknowledged(gate: dict) -> list[gate_view.DifferenceGroup]:
     return [g for g in gate_view.difference_groups(gate) if not g.acknowledged]
 
@@ -161,6 +165,18 @@ def test_default_client_actions_are_worded_from_the_recorded_values():
     for kind in gate_view.KIND_TITLES:  # every kind has its own advice, not the fallback
         member = next(d for d in gate["differences"] if d["kind"] == kind)
         assert not action(member).startswith("review ")
+
+
+def test_row_state_follows_the_differences_not_a_contradicting_row_flag():
+    gate = full_gate()
+    for behaviour in gate["behaviours"]:
+        behaviour["acknowledged"] = True  # what an engine might claim; the differences say otherwise
+    text = gate_markdown.render(gate)
+    assert "| `strict-tool` | `baseline of strict-tool` | `candidate of strict-tool` | **yes, not acknowledged** |" in text
+    assert "| `reasoning-then-one-call` | `baseline of reasoning-then-one-call` | `candidate of reasoning-then-one-call` | yes, acknowledged |" in text
+    assert "| `plain-content` | `content \"Hello\"` | `content \"Hello\"` | no |" in text
+    page = gate_html.render(gate)
+    assert "id='case-strict-tool' class='case' data-state='unacknowledged'" in page
 
 
 def test_markdown_shows_hostile_server_strings_as_text_only():
@@ -391,7 +407,7 @@ def test_html_in_headless_chromium_shows_the_table_and_the_chart_and_opens_fragm
     browser.open(f"{url}?outcome=unacknowledged")
     shown = browser.evaluate("Array.from(document.querySelectorAll('tr.case')).filter(function (r) {"
                              " return getComputedStyle(r).display !== 'none'; }).map(function (r) { return r.id; })")
-    expected = {gate_view.anchor("case", b["case_id"]) for b in gate["behaviours"] if gate_view.row_state(b) == "unacknowledged"}
+    expected = {gate_view.anchor("case", b["case_id"]) for b in gate["behaviours"] if _state(gate, b) == "unacknowledged"}
     assert set(shown) == expected and len(expected) < len(gate["behaviours"])
     assert not browser.evaluate(_visible("#case-plain-content"))
     browser.evaluate("var f = document.getElementById('feature'); f.value = 'request_error';"
@@ -399,7 +415,7 @@ def test_html_in_headless_chromium_shows_the_table_and_the_chart_and_opens_fragm
     shown = browser.evaluate("Array.from(document.querySelectorAll('tr.case')).filter(function (r) {"
                              " return getComputedStyle(r).display !== 'none'; }).map(function (r) { return r.id; })")
     assert set(shown) == {gate_view.anchor("case", b["case_id"]) for b in gate["behaviours"]
-                          if gate_view.row_state(b) == "unacknowledged" and "request_error" in b["features"]}
+                          if _state(gate, b) == "unacknowledged" and "request_error" in b["features"]}
     assert browser.evaluate("document.getElementById('shown').textContent") == f"{len(shown)} of {len(gate['behaviours'])} behaviour rows shown"
     todo = browser.evaluate("Array.from(document.querySelectorAll('table.todo tr[data-state]')).filter(function (r) {"
                             " return getComputedStyle(r).display !== 'none'; }).length")

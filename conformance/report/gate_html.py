@@ -33,7 +33,8 @@ button.toggle{border:1px solid #d0d7de;background:#fff;border-radius:4px;cursor:
 tr.detail>td{background:#fbfbfc;padding:.6em 1em}
 .diff{border:1px solid #d0d7de;border-radius:6px;padding:.4em .8em;margin:.5em 0;background:#fff}
 .diff h4{margin:.2em 0}.diff dl{margin:.3em 0;display:grid;grid-template-columns:max-content 1fr;gap:.2em .8em}
-.diff dt{font-weight:600}.diff dd{margin:0}
+.diff dt{font-weight:600}.diff dd{margin:0}.diff dl.member{border-top:1px dashed #d0d7de;padding-top:.3em}
+h1{font-size:1.6em}
 .target{outline:3px solid #0969da;outline-offset:2px}
 .filtered{display:none!important}
 #filters{position:sticky;top:0;background:#fff;border-bottom:1px solid #d0d7de;padding:.5em 0;z-index:1}
@@ -216,25 +217,30 @@ def _example(item: actions.ToDo) -> str:
 
 def _difference(group: DifferenceGroup, labels: Mapping[str, str]) -> str:
     state = "acknowledged" if group.acknowledged else "unacknowledged"
-    items = []
+    shared = []
+    for found in view.group_excerpts(group):
+        if found["request"] is not None:
+            shared.append(("Request", c(found["request"])))
+        shared += [(f"{c(labels[side])} answered", c(found[side])) for side in view.SIDES if found[side] is not None]
+    items = [_definitions(shared)] if shared else []
     for member in group.members:
-        found = view.excerpt(member)
         base, cand = view.difference_values(member)
         field = member.get("field")
         rows = [("What differs", (c(field) + ": " if field else "") + h(view.plain(member.get("summary") or "", 400))),
-                (f"{c(labels['baseline'])} value", c(base)), (f"{c(labels['candidate'])} value", c(cand))]
-        if found["request"] is not None:
-            rows.append(("Request", c(found["request"])))
-        rows += [(f"{c(labels[side])} answered", c(found[side])) for side in view.SIDES if found[side] is not None]
-        rows.append(("Client action", segments(actions.client_action(member, labels))))
+                (f"{c(labels['baseline'])} value", c(base)), (f"{c(labels['candidate'])} value", c(cand)),
+                ("Client action", segments(actions.client_action(member, labels)))]
         ack = view.acknowledgement(member)
         if ack:
             where = ", ".join(f"{key} {c(value)}" for key, value in ack.items() if key != "reason")
             rows.append(("Acknowledged", h(ack.get("reason", "")) + (f" ({where})" if where else "")))
-        items.append("<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>")
+        items.append(_definitions(rows, "member"))
     return (f"<div class='diff' id='{group.anchor}'><h4>{c(group.mode)} · {h(group.title)} "
             f"<span class='state-{state}'>({'acknowledged' if group.acknowledged else 'not acknowledged'})</span> "
             f"<a href='#{group.anchor}' class='note'>link</a></h4>{''.join(items)}</div>")
+
+
+def _definitions(rows: Sequence[tuple[str, str]], css: str = "") -> str:
+    return f"<dl class='{css}'>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
 
 
 def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> str:
@@ -246,12 +252,12 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
         body = []
         for behaviour in rows:
             case_id = str(behaviour.get("case_id"))
-            state = view.row_state(behaviour)
             row_id = view.anchor("case", case_id)
             while row_id in used_ids:
                 row_id += "_"
             used_ids.add(row_id)
             case_groups = by_case.get(case_id, [])
+            state = view.row_state(behaviour, case_groups)
             toggle = "<button class='toggle' aria-expanded='false'>▸ show</button>" if case_groups else ""
             body.append(
                 f"<tr id='{row_id}' class='case' {_attrs(state, behaviour.get('features') or [])}>"

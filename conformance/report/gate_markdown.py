@@ -101,23 +101,22 @@ def _to_do_row(item: actions.ToDo) -> list[str]:
 def _difference_details(group: DifferenceGroup, labels: Mapping[str, str]) -> list[str]:
     state = "acknowledged" if group.acknowledged else "**not acknowledged**"
     lines = [f"#### {code(group.case_id)} · {code(group.mode)} · {text(group.title)} ({state})", ""]
+    for found in view.group_excerpts(group):
+        if found["request"] is not None:
+            lines.append(f"- **Request** (the fields that matter): {code(found['request'])}")
+        lines += [f"- **{code(labels[side])} answered**: {code(found[side])}" for side in view.SIDES
+                  if found[side] is not None]
     for member in group.members:
-        found = view.excerpt(member)
         base, cand = view.difference_values(member)
         field = member.get("field")
         lines += [f"- **What differs**: {code(str(field)) + ': ' if field else ''}{text(view.plain(member.get('summary') or '', 400))}",
                   f"  - {code(labels['baseline'])} (baseline): {code(base)}",
-                  f"  - {code(labels['candidate'])} (candidate): {code(cand)}"]
-        if found["request"] is not None:
-            lines.append(f"- **Request** (the fields that matter): {code(found['request'])}")
-        for side in view.SIDES:
-            if found[side] is not None:
-                lines.append(f"- **{code(labels[side])} answered**: {code(found[side])}")
-        lines.append(f"- **Client action**: {segments(actions.client_action(member, labels))}")
+                  f"  - {code(labels['candidate'])} (candidate): {code(cand)}",
+                  f"  - **Client action**: {segments(actions.client_action(member, labels))}"]
         ack = view.acknowledgement(member)
         if ack:
             where = ", ".join(f"{key} {code(value)}" for key, value in ack.items() if key != "reason")
-            lines.append(f"- **Acknowledged**: {text(ack.get('reason', ''))}" + (f" ({where})" if where else ""))
+            lines.append(f"  - **Acknowledged**: {text(ack.get('reason', ''))}" + (f" ({where})" if where else ""))
     return lines + [""]
 
 
@@ -135,12 +134,13 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
             ["case", f"{code(labels['baseline'], True)} (baseline)", f"{code(labels['candidate'], True)} (candidate)",
              "changed?"],
             [[code(str(b.get("case_id")), True), code(view.plain(b.get("baseline") or ""), True),
-              code(view.plain(b.get("candidate") or ""), True), ROW_MARKS[view.row_state(b)]] for b in rows],
+              code(view.plain(b.get("candidate") or ""), True),
+              ROW_MARKS[view.row_state(b, by_case.get(str(b.get("case_id")), []))]] for b in rows],
         ) + [""]
         details = []
         for behaviour in rows:
             case_groups = by_case.get(str(behaviour.get("case_id")), [])
-            if view.row_state(behaviour) == "unchanged" and not case_groups:
+            if not case_groups and view.row_state(behaviour, case_groups) == "unchanged":
                 continue
             details += [f"**{code(str(behaviour.get('case_id')))}**: {text(view.plain(behaviour.get('description') or '', 400))}", ""]
             for group in case_groups:

@@ -142,7 +142,11 @@ def groups_by_case(groups: Sequence[DifferenceGroup]) -> dict[str, list[Differen
     return by_case
 
 
-def row_state(behaviour: Mapping[str, Any]) -> RowState:
+def row_state(behaviour: Mapping[str, Any], case_groups: Sequence[DifferenceGroup]) -> RowState:
+    """A behaviour row's state, from its case's differences when it has any (each difference says whether
+    it is acknowledged), else from the row's own `changed` / `acknowledged`."""
+    if case_groups:
+        return "acknowledged" if all(g.acknowledged for g in case_groups) else "unacknowledged"
     if not behaviour.get("changed"):
         return "unchanged"
     return "acknowledged" if behaviour.get("acknowledged") else "unacknowledged"
@@ -211,6 +215,12 @@ def excerpt(member: Mapping[str, Any]) -> dict[str, str | None]:
         "baseline": None if found.get("baseline") is None else plain(found["baseline"], 400),
         "candidate": None if found.get("candidate") is None else plain(found["candidate"], 400),
     }
+
+
+def group_excerpts(group: DifferenceGroup) -> list[dict[str, str | None]]:
+    """The distinct excerpts of a row's differences (one, in practice: same case, same mode)."""
+    found = [excerpt(m) for m in group.members]
+    return [e for i, e in enumerate(found) if e not in found[:i] and any(v is not None for v in e.values())]
 
 
 def acknowledgement(member: Mapping[str, Any]) -> dict[str, str] | None:
