@@ -123,6 +123,9 @@ def test_markdown_follows_each_changed_row_with_excerpts_and_the_client_action()
             assert detail not in text
     # The team's own words win over the default, backticks made code.
     assert "- **Client action**: send `tool_choice: auto`; check for a call yourself" in text
+    # The field is named unless the summary starts with it.
+    assert "- **What differs**: `tools`: refused under the candidate: HTTP 400 param tools" in text
+    assert "- **What differs**: content after the tool call kept by the candidate" in text
     # Within a case, what still needs acknowledging comes first.
     assert (text.index("#### `tool-choice-required` · `non-stream` · request newly refused (**not acknowledged**)")
             < text.index("#### `tool-choice-required` · `stream` · request newly refused (acknowledged)"))

@@ -225,8 +225,8 @@ def _difference(group: DifferenceGroup, labels: Mapping[str, str]) -> str:
     items = [_definitions(shared)] if shared else []
     for member in group.members:
         base, cand = view.difference_values(member)
-        field = member.get("field")
-        rows = [("What differs", (c(field) + ": " if field else "") + h(view.plain(member.get("summary") or "", 400))),
+        field, summary = view.what_differs(member)
+        rows = [("What differs", (c(field) + ": " if field else "") + h(summary)),
                 (f"{c(labels['baseline'])} value", c(base)), (f"{c(labels['candidate'])} value", c(cand)),
                 ("Client action", segments(actions.client_action(member, labels)))]
         ack = view.acknowledgement(member)

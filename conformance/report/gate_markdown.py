@@ -108,8 +108,8 @@ def _difference_details(group: DifferenceGroup, labels: Mapping[str, str]) -> li
                   if found[side] is not None]
     for member in group.members:
         base, cand = view.difference_values(member)
-        field = member.get("field")
-        lines += [f"- **What differs**: {code(str(field)) + ': ' if field else ''}{text(view.plain(member.get('summary') or '', 400))}",
+        field, summary = view.what_differs(member)
+        lines += [f"- **What differs**: {code(field) + ': ' if field else ''}{text(summary)}",
                   f"  - {code(labels['baseline'])} (baseline): {code(base)}",
                   f"  - {code(labels['candidate'])} (candidate): {code(cand)}",
                   f"  - **Client action**: {segments(actions.client_action(member, labels))}"]

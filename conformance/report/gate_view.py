@@ -217,6 +217,14 @@ def excerpt(member: Mapping[str, Any]) -> dict[str, str | None]:
     }
 
 
+def what_differs(member: Mapping[str, Any]) -> tuple[str | None, str]:
+    """(the field, unless the summary already starts with its name; the one-line summary)."""
+    field, summary = member.get("field"), plain(member.get("summary") or "", 400)
+    if not field or summary.lower().startswith((str(field).lower(), str(field).replace("_", " ").lower())):
+        return None, summary
+    return str(field), summary
+
+
 def group_excerpts(group: DifferenceGroup) -> list[dict[str, str | None]]:
     """The distinct excerpts of a row's differences (one, in practice: same case, same mode)."""
     found = [excerpt(m) for m in group.members]
