@@ -185,7 +185,7 @@ def run_gate(args: argparse.Namespace) -> int:
     from conformance.expectations import ExpectationsError
     from conformance.gate import build_gate
     from conformance.gate_live import DEFAULT_ORIGIN, GateSetupError, GateSide, run_gate_sides, targets_for
-    from conformance.server import PROFILES
+    from conformance.profiles import PROFILES
 
     sides = []
     for name in ("baseline", "candidate"):
