@@ -9,6 +9,7 @@ judges a recorded transcripts file again with no server.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 from collections.abc import Collection, Iterable, Sequence
@@ -299,9 +300,9 @@ async def run_async(
         results: list[CaseResult] = []
         transcripts: list[Transcript] = []
         bar = _Progress(request_count(cases, repeat), progress)
-        # a forced request is sent only to a server that can force (told, or its probe passed)
-        tokenizer = (profile_record(target.profile).forcing.tokenizer(target.root_url, target.model, target.api_key)
-                     if target.can_force else None)
+        method = profile_record(target.profile).forcing
+        # one per run, made at the first forced answer (a profile that cannot force has none)
+        tokenizer = functools.cache(lambda: method.tokenizer(target.root_url, target.model, target.api_key))
 
         async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
             forcing, not_sent = _forcing_for(case, target, natural)
@@ -311,10 +312,9 @@ async def run_async(
                 async with semaphore:
                     transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
                                             repeat=repeat_index)
-                    if tokenizer is not None and forcing is not None and transcript.status == 200 \
-                            and case.endpoint in VERIFIED_ENDPOINTS:
+                    if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
                         transcript.forcing_problems = await asyncio.to_thread(
-                            verify_forcing, tokenizer, case, transcript, markers)
+                            verify_forcing, tokenizer(), case, transcript, markers)
             transcripts.append(transcript)
             if writers:
                 writers[0].write(transcript.to_dict())
