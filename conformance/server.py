@@ -6,9 +6,10 @@
 on small CPU machines) with any extra arguments, in its own process group, on a free loopback port,
 logging to a file. A server that exits during start-up raises `ServerStartError` carrying the
 server's own error line as the record's finder reads its log (e.g. "The hf parser requires
-`response_template` metadata in the tokenizer configuration"); so does one that is not healthy in time. On leaving the block (normally, on an exception, on
-Ctrl-C) the whole process tree is stopped: SIGTERM, then SIGKILL after a grace period. If the
-launching process itself dies, Linux sends the server SIGTERM (PR_SET_PDEATHSIG).
+`response_template` metadata in the tokenizer configuration"); so does one that is not healthy in
+time. On leaving the block (normally, on an exception, on Ctrl-C) the whole process tree is
+stopped: SIGTERM, then SIGKILL after a grace period. If the launching process itself dies, Linux
+sends the server SIGTERM (PR_SET_PDEATHSIG).
 
 `start(profile, model)` starts a server without waiting (a `ServerProcess`: `wait_until_healthy()`
 returns the `Server`, `stop()` stops the tree), so several servers can boot at once.
