@@ -34,7 +34,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from conformance.forcing import ForcingUnsupported, ServerTokenizer, forcing_extra_body, probe_forcing
+from conformance.forcing import ForcingUnsupported, ServerTokenizer, forced_text, forcing_extra_body, probe_forcing
 
 
 # --- where a server's executable comes from ------------------------------------------------------
@@ -88,6 +88,7 @@ class ForcingMethod(Protocol):
     `probe` sends one small forced request (raises ForcingUnsupported when the server cannot force,
     `conformance.forcing.ServerRefused`/OSError/ValueError when it cannot tell). `tokenizer` is the
     server's tokenizer that verifies the returned token ids (`conformance.forcing.verify_forced_output`).
+    `forced_text` reads the raw text back out of a recorded request (for reports; None: not forced).
     """
 
     def request_fields(self, raw_text: str, request: Mapping[str, Any]) -> dict[str, Any]: ...
@@ -95,6 +96,8 @@ class ForcingMethod(Protocol):
     def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None: ...
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None) -> ServerTokenizer: ...
+
+    def forced_text(self, request: Mapping[str, Any]) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,10 @@ class RegexForcing:
     def tokenizer(self, root_url: str, model: str, api_key: str | None) -> ServerTokenizer:
         return ServerTokenizer(root_url, model, api_key)
 
+    def forced_text(self, request: Mapping[str, Any]) -> str | None:
+        regex = (request.get("structured_outputs") or {}).get("regex")
+        return forced_text(regex) if isinstance(regex, str) else None
+
 
 @dataclass(frozen=True)
 class NoForcing:
@@ -126,6 +133,9 @@ class NoForcing:
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None) -> ServerTokenizer:
         raise ForcingUnsupported(self.reason)
+
+    def forced_text(self, request: Mapping[str, Any]) -> str | None:
+        return None
 
 
 # --- which version it is -------------------------------------------------------------------------

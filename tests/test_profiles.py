@@ -4,7 +4,7 @@ change, and a profile's expectation fallback decides which expectations judge it
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +12,7 @@ import pytest
 from conformance.checks import judge
 from conformance.driver import Target
 from conformance.engine import run
+from conformance.forcing import ServerTokenizer
 from conformance.profiles import (
     PROFILES,
     Launch,
@@ -22,6 +23,7 @@ from conformance.profiles import (
     expectation_for,
     find_vllm_error,
 )
+from conformance.report import html
 from conformance.server import ServerStartError, descendant_pids, launch, pid_alive, server_command
 from tests.engine_helpers import load_cases, response_transcript
 from tests.fake_server import fake_server
@@ -147,6 +149,38 @@ def test_a_profile_that_cannot_force_never_passes_a_forced_case_even_when_told_t
         assert server.requests == []  # nothing forced was sent
     assert {(r.outcome, r.skip_kind) for r in output.results} == {("skip", "unforceable_output")}
     assert all(CANNOT_FORCE in r.reason for r in output.results)
+
+
+@dataclass(frozen=True)
+class FieldForcing:
+    """A made-up forcing method: the text goes in a request field of its own; it cannot be verified."""
+
+    probes: list = field(default_factory=list, compare=False)
+
+    def request_fields(self, raw_text, request):
+        return {"force_text": raw_text}
+
+    def probe(self, root_url, model, timeout, api_key):
+        self.probes.append(root_url)
+
+    def tokenizer(self, root_url, model, api_key):
+        return ServerTokenizer(root_url, model, api_key)  # the fake refuses /tokenize: "could not verify"
+
+    def forced_text(self, request):
+        return request.get("force_text")
+
+
+def test_a_new_forcing_method_is_asked_by_the_engine_and_the_report(tmp_path, monkeypatch) -> None:
+    method = FieldForcing()
+    monkeypatch.setitem(PROFILES, "field-forcing", replace(fake_record(tmp_path), launch=None, forcing=method))
+    cases = [load_cases(tmp_path / "cases", CASES)["forced-ok"]]
+    with fake_server() as server:
+        output = run(cases, Target(base_url=server.base_url, model="fake", profile="field-forcing"), tmp_path / "out")
+        assert method.probes == [server.base_url.removesuffix("/v1")]  # the record's probe decided can_force
+        assert [r.get("force_text") for r in server.requests] == ["x", "x"]
+    assert {r.outcome for r in output.results} == {"pass"}  # judged on hf's expectation, by the fallback
+    page = html.render(output.results, output.stamp, output.transcripts)
+    assert "<h4>Forced output (the raw text the model was made to generate)</h4><pre>x</pre>" in page
 
 
 # --- the expectation fallback --------------------------------------------------------------------
