@@ -264,6 +264,11 @@ PROFILES: dict[str, Profile] = {
 }
 
 
+def launchable_profiles() -> list[str]:
+    """Names of the records the launcher can start (those with a `launch`), in PROFILES order."""
+    return [name for name, profile in PROFILES.items() if profile.launch is not None]
+
+
 def attached_record(name: str) -> Profile:
     """The record of a profile name that has none: a server attached by URL, driven as vLLM is."""
     return Profile(name=name, description=f"a server judged on the cases' expectations for {name!r}",

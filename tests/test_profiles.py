@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conformance.checks import judge
+from conformance.cli import main
 from conformance.driver import Target
 from conformance.engine import run
 from conformance.forcing import ServerTokenizer
@@ -149,6 +150,19 @@ def test_a_profile_that_cannot_force_never_passes_a_forced_case_even_when_told_t
         assert server.requests == []  # nothing forced was sent
     assert {(r.outcome, r.skip_kind) for r in output.results} == {("skip", "unforceable_output")}
     assert all(CANNOT_FORCE in r.reason for r in output.results)
+
+
+def test_a_record_without_launch_is_not_offered_to_launch_but_can_be_attached(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setitem(PROFILES, "attached-only", replace(fake_record(tmp_path), launch=None))
+    assert main(["run", "--launch", "attached-only", "--out", str(tmp_path / "run")]) == 2
+    assert "unknown profile 'attached-only' for --launch; choose one of: hf, legacy" in capsys.readouterr().err
+    assert main(["gate", "--baseline", "attached-only"]) == 2
+    assert "'attached-only' is neither a URL nor a profile (hf, legacy)" in capsys.readouterr().err
+    load_cases(tmp_path / "cases", CASES)
+    with fake_server() as server:
+        code = main(["run", "--base-url", server.base_url, "--model", "fake", "--profile", "attached-only",
+                     "--cases", str(tmp_path / "cases"), "--case", "unforced-ok", "--out", str(tmp_path / "attached")])
+    assert code == 0  # judged on hf's expectations by the record's fallback
 
 
 @dataclass(frozen=True)

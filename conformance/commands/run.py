@@ -86,10 +86,11 @@ def run(args: argparse.Namespace) -> int:
         return _usage_error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     args.api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"  # as the openai client does
     if args.launch:
-        from conformance.profiles import PROFILES
+        from conformance.profiles import launchable_profiles
 
-        if args.launch not in PROFILES:
-            return _usage_error(f"unknown profile {args.launch!r} for --launch; choose one of: {', '.join(PROFILES)}")
+        if args.launch not in launchable_profiles():
+            return _usage_error(f"unknown profile {args.launch!r} for --launch; choose one of: "
+                                f"{', '.join(launchable_profiles())}")
     if args.out == Path("-"):
         return _usage_error("--out is the directory for the run's files; `-` (standard output) cannot hold them")
     if args.repeat < 1 or args.concurrency < 1:

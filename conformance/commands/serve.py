@@ -28,13 +28,12 @@ example:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from conformance.profiles import PROFILES
+    from conformance.profiles import PROFILES, launchable_profiles
 
-    listing = "\n".join(f"  {name:<7} {' '.join(profile.server_args)}" for name, profile in PROFILES.items()
-                        if profile.launch)
+    listing = "\n".join(f"  {name:<7} {' '.join(PROFILES[name].server_args)}" for name in launchable_profiles())
     parser = add_verb(subparsers, "serve", "run a profile's real server (vLLM with its parser flags)",
                       DESCRIPTION.replace("{profiles}", listing))
-    parser.add_argument("--profile", required=True, choices=sorted(n for n, p in PROFILES.items() if p.launch),
+    parser.add_argument("--profile", required=True, choices=sorted(launchable_profiles()),
                         help="the server and its configuration")
     parser.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo id")
     parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
