@@ -21,7 +21,7 @@ from typing import Any, Literal
 import yaml
 
 from conformance.contract import reference_problem
-from conformance.server import PROFILES
+from conformance.profiles import PROFILES
 from conformance.shipped import CASES_DIR
 
 Mode = Literal["non-stream", "stream"]

@@ -25,7 +25,7 @@ from typing import Any, Literal, get_args
 from conformance.cases import MESSAGE_FIELDS, format_path
 from conformance.fixture import MARKER_TOKENS
 from conformance.forcing import VERIFIED_ENDPOINTS
-from conformance.server import PROFILES
+from conformance.profiles import expectation_chain, expectation_for, profile_record
 from conformance.transcript import Transcript
 
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
@@ -399,7 +399,7 @@ def message_view(message: Message, fields: Sequence[str] = VIEW_FIELDS) -> dict[
 def expected_view(case: Any, profile: str, mode: str) -> dict[str, Any] | None:
     """The expected message + finish_reason for this profile and mode (stream overrides applied),
     in the shape of `message_view`; None when the profile expects an error or has no expectation."""
-    expectation = case.expect.get(profile)
+    expectation = expectation_for(case, profile)
     if expectation is None or expectation.error is not None:
         return None
     expectation = expectation.for_mode(mode)
@@ -419,7 +419,7 @@ def _expected_call_view(call: Any) -> dict[str, Any]:
 
 
 def _stream_override_keys(case: Any, profile: str) -> set[str]:
-    expectation = case.expect.get(profile)
+    expectation = expectation_for(case, profile)
     return set(expectation.stream_overrides) if expectation is not None else set()
 
 
@@ -804,7 +804,7 @@ def judge(
     if transcript.skip_reason:
         return [Check("request", SKIP, reason=transcript.skip_reason,
                       skip_kind=transcript.skip_kind or "cannot_force")]  # recordings before skip kinds
-    expectation = case.expect.get(transcript.profile)
+    expectation = expectation_for(case, transcript.profile)
     if expectation is not None and expectation.skip is not None:
         return [Check("expectation", SKIP, EXPECTATION, reason=f"declared: {expectation.skip}", skip_kind="declared")]
     if transcript.endpoint == "preflight":
@@ -830,7 +830,7 @@ def judge(
         reason = f"refused with HTTP {transcript.status}: {_error_text(transcript.error_body)}"
         if not natural and expectation is None:
             checks.append(Check("expectation", SKIP, EXPECTATION, skip_kind="no_expectation",
-                                reason=f"no expectation for profile {transcript.profile}; {reason}"))
+                                reason=f"{_no_expectation(transcript.profile)}; {reason}"))
         elif expected_error is None:
             checks.append(Check("http_status", FAIL, reason=reason, expected="2xx", actual=transcript.status))
         if streaming and companion is not None:
@@ -853,8 +853,7 @@ def judge(
     if transcript.endpoint == "chat":
         from conformance.client_keys import client_key_checks  # it builds on this module
 
-        profile = PROFILES.get(transcript.profile)
-        checks += client_key_checks(transcript, message, reading, profile.reasoning_field if profile else None)
+        checks += client_key_checks(transcript, message, reading, profile_record(transcript.profile).reasoning_field)
     if transcript.forced and transcript.endpoint in VERIFIED_ENDPOINTS:
         checks.append(finding_forced_output(transcript))
     if reading is not None:
@@ -866,14 +865,20 @@ def judge(
     if natural:
         checks.append(check_natural(message, case.natural.expect_tool if case.natural else None))
     elif expectation is None:
-        reason = f"no expectation for profile {transcript.profile}"
-        checks.append(Check("expectation", SKIP, EXPECTATION, reason=reason, skip_kind="no_expectation"))
+        checks.append(Check("expectation", SKIP, EXPECTATION, reason=_no_expectation(transcript.profile),
+                            skip_kind="no_expectation"))
     elif expected_error is None and expected is not None:
         checks.append(check_expected_message(message, expected))
         wanted_streaming = expectation.tool_call_streaming
         if reading is not None and wanted_streaming:
             checks.append(check_expected_streaming(reading, wanted_streaming))
     return checks
+
+
+def _no_expectation(profile: str) -> str:
+    """The reason of a `no_expectation` skip, naming the profiles whose expectations were looked for."""
+    fallbacks = expectation_chain(profile)[1:]
+    return f"no expectation for profile {profile}" + (f" nor its fallbacks {', '.join(fallbacks)}" if fallbacks else "")
 
 
 def _no_responses_api(transcript: Transcript) -> bool:
@@ -890,10 +895,10 @@ def judge_preflight(case: Any, transcript: Transcript) -> list[Check]:
     if transcript.transport_error or transcript.status is None or transcript.response is None:
         return [Check("transport", ERROR, reason=transcript.transport_error or "no HTTP response recorded")]
     checks = [Check("transport", PASS)]
-    expectation = case.expect.get(transcript.profile)
+    expectation = expectation_for(case, transcript.profile)
     if expectation is None or expectation.preflight is None:
         return [*checks, Check("expectation", SKIP, EXPECTATION, skip_kind="no_expectation",
-                               reason=f"no expectation for profile {transcript.profile}")]
+                               reason=_no_expectation(transcript.profile))]
     want = expectation.preflight
     headers, body = transcript.response.get("headers") or {}, str(transcript.response.get("body") or "")
     expected = {"status": want.status, "headers": dict(want.headers), "body": want.body}

@@ -4,7 +4,7 @@ The message comparison reads reasoning from either field name, takes a tool call
 reads choice 0 wherever its `index` is missing; clients do not. These checks pin each of those:
 
 * `expected_reasoning_field` (expectation): reasoning arrives under the profile's field name
-  (`conformance.server.Profile.reasoning_field`), and under no other;
+  (`conformance.profiles.Profile.reasoning_field`), and under no other;
 * `message_role` (contract, non-streaming): the message says `role: assistant`;
 * `tool_call_delta_keys` (contract, streaming): `id` and `name` come in the first delta of a call
   only (openai-python's accumulator joins a repeated string onto the first: `call_1call_1`);

@@ -21,10 +21,13 @@ import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from conformance.checks import SkipKind
 from conformance.transcript import ServerStamp, SseLine, Transcript
+
+if TYPE_CHECKING:
+    from conformance.profiles import VersionProbe
 
 DEFAULT_TIMEOUT = 120.0  # seconds per request
 DEFAULT_CONCURRENCY = 8  # requests in flight at once
@@ -128,15 +131,18 @@ def make_clients(target: Target) -> Clients:
     return Clients(api, http)
 
 
-async def fetch_server_version(clients: Clients, target: Target) -> str | None:
-    """vLLM answers GET /version with {"version": "..."}; None when the server has no such route."""
+async def fetch_server_version(clients: Clients, target: Target, probe: VersionProbe | None) -> str | None:
+    """The version the profile record's `probe` reads (vLLM: GET /version answers {"version": "..."});
+    None when the record has no probe or the server does not answer it."""
     import httpx2
     import openai
 
+    if probe is None:
+        return None
     try:
-        reply = await clients.api.get(f"{target.root_url}/version", cast_to=httpx2.Response,
+        reply = await clients.api.get(f"{target.root_url}{probe.path}", cast_to=httpx2.Response,
                                       options={"timeout": 10})
-        return str(reply.json()["version"])
+        return probe.read(reply.json())
     except (openai.APIError, ValueError, KeyError, TypeError):
         return None
 

@@ -9,6 +9,7 @@ judges a recorded transcripts file again with no server.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import sys
 from collections.abc import Collection, Iterable, Sequence
@@ -28,6 +29,7 @@ from conformance.driver import (
     send,
 )
 from conformance.forcing import VERIFIED_ENDPOINTS, ServerTokenizer
+from conformance.profiles import PROFILES, expectation_for, profile_record
 from conformance.recording import make_header
 from conformance.report.stamp import make_stamp
 from conformance.results import (
@@ -80,9 +82,7 @@ def markers_for_checkpoint(checkpoint: Path | None) -> tuple[str, ...]:
 
 
 def known_profiles(cases: Iterable[Any]) -> set[str]:
-    """Profiles a run can judge: the profile records (conformance.server) and every case expectation's."""
-    from conformance.server import PROFILES
-
+    """Profiles a run can judge: the profile records (conformance.profiles) and every case expectation's."""
     return set(PROFILES) | {profile for case in cases for profile in case.expect}
 
 
@@ -144,7 +144,7 @@ class NotSent:
 
 def _forcing_for(case: Any, target: Target, natural: bool) -> tuple[dict[str, Any] | None, NotSent | None]:
     """(extra body fields that force the case's output, or None; why it is not sent, or None)."""
-    expectation = case.expect.get(target.profile)
+    expectation = expectation_for(case, target.profile)
     if expectation is not None and expectation.skip is not None:
         return None, NotSent("declared", f"declared: {expectation.skip}")
     if natural or case.force is None:  # natural mode, or an unforced case (cases/README.md)
@@ -152,10 +152,10 @@ def _forcing_for(case: Any, target: Target, natural: bool) -> tuple[dict[str, An
     if target.can_force is False:
         reason = f"server {target.shown_url} cannot force outputs: {target.cannot_force_reason or 'as told'}"
         return None, NotSent(target.cannot_force_kind, reason)
-    from conformance.forcing import ForcingUnsupported, forcing_extra_body
+    from conformance.forcing import ForcingUnsupported
 
     try:
-        forcing = forcing_extra_body(case.force)
+        forcing = profile_record(target.profile).forcing.request_fields(case.force, case.request)
     except (ForcingUnsupported, ValueError) as exc:
         return None, NotSent("unforceable_output", f"cannot force this output: {exc}")
     return forcing, NotSent(None, target.forcing_error) if target.forcing_error else None
@@ -168,10 +168,11 @@ async def resolve_forcing(target: Target, cases: Sequence[Any], natural: bool) -
     `forcing_error`: the forced cases are then errors, never skips nor assumed to be forced."""
     if target.can_force is not None or natural or all(case.force is None for case in cases):
         return target
-    from conformance.forcing import ForcingUnsupported, ServerRefused, probe_forcing
+    from conformance.forcing import ForcingUnsupported, ServerRefused
 
+    method = profile_record(target.profile).forcing
     try:
-        await asyncio.to_thread(probe_forcing, target.root_url, target.model, target.timeout, target.api_key)
+        await asyncio.to_thread(method.probe, target.root_url, target.model, target.timeout, target.api_key)
     except ForcingUnsupported as exc:
         return replace(target, can_force=False, cannot_force_reason=target.redact(str(exc)))
     except (ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError) as exc:
@@ -286,7 +287,8 @@ async def run_async(
     allowed_skips = frozenset(allowed_skips) | implied_skip_kinds(target, natural)
     async with make_clients(target) as clients:
         if target.version is None:
-            target = replace(target, version=await fetch_server_version(clients, target))
+            target = replace(target, version=await fetch_server_version(
+                clients, target, profile_record(target.profile).version_probe))
         target = await resolve_forcing(target, cases, natural)
         writers = None
         if out_dir is not None:
@@ -298,7 +300,9 @@ async def run_async(
         results: list[CaseResult] = []
         transcripts: list[Transcript] = []
         bar = _Progress(request_count(cases, repeat), progress)
-        tokenizer = ServerTokenizer(target.root_url, target.model, target.api_key)
+        method = profile_record(target.profile).forcing
+        # one per run, made at the first forced answer (a profile that cannot force has none)
+        tokenizer = functools.cache(lambda: method.tokenizer(target.root_url, target.model, target.api_key))
 
         async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
             forcing, not_sent = _forcing_for(case, target, natural)
@@ -310,7 +314,7 @@ async def run_async(
                                             repeat=repeat_index)
                     if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
                         transcript.forcing_problems = await asyncio.to_thread(
-                            verify_forcing, tokenizer, case, transcript, markers)
+                            verify_forcing, tokenizer(), case, transcript, markers)
             transcripts.append(transcript)
             if writers:
                 writers[0].write(transcript.to_dict())
@@ -378,9 +382,8 @@ def _recording_mismatch(case: Any, transcript: Transcript) -> str | None:
         return f"case {transcript.case_id!r} is not in the case set"
     if transcript.skip_reason:
         return None
-    from conformance.forcing import forcing_extra_body
-
-    forcing = forcing_extra_body(case.force) if transcript.forced and case.force is not None else None
+    forcing = (profile_record(transcript.profile).forcing.request_fields(case.force, case.request)
+               if transcript.forced and case.force is not None else None)
     if transcript.forced and case.force is None:
         return f"case {case.id!r} no longer forces an output; it was recorded with one"
     if not (transcript.forced or transcript.natural) and case.force is not None:

@@ -61,7 +61,8 @@ def targets_for(sides: Sequence[GateSide], checkpoint: Path | str | None, out_di
                     servers[name] = wait.result()
                 except ServerStartError as exc:
                     raise GateSetupError(f"could not start the {name} server: {exc}") from exc
-                print(f"{name}: vLLM {servers[name].version} ({servers[name].profile.name}) healthy after "
+                print(f"{name}: {servers[name].profile.server_name} {servers[name].version} "
+                      f"({servers[name].profile.name}) healthy after "
                       f"{servers[name].startup_seconds:.1f} s", file=sys.stderr)
         runs = []
         for side in sides:

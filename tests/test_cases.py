@@ -22,7 +22,7 @@ from conformance.cases import (
     load_suite,
 )
 from conformance.cli import main
-from conformance.server import PROFILES
+from conformance.profiles import PROFILES
 
 GOOD_FILE = """\
 tools:

