@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.cases import MODES
-from conformance.checks import DEFAULT_MARKERS, Check, judge, shape_problems, template_markers
+from conformance.checks import DEFAULT_MARKERS, Check, judge, shape_failure, shape_problems, template_markers
 from conformance.driver import (
     DEFAULT_CONCURRENCY,
     Target,
@@ -111,9 +111,7 @@ def _unreadable(transcript: Transcript, companion: Transcript | None, exc: Excep
     if not problems and companion is not None:
         problems = [f"the non-streaming answer it is compared with: {p}" for p in shape_problems(companion)]
     if problems:
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        return Check("response_shape", "fail", reason="the answer does not have the API's shape: "
-                     + "; ".join(problems[:3]) + more)
+        return shape_failure(problems)
     return Check("judge", "error", reason=f"internal error while judging: {type(exc).__name__}: {exc}")
 
 
@@ -160,17 +158,17 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript
         verify_forced_output,
     )
 
-    if transcript.mode == "stream":
-        reading = read_stream(transcript)
-        token_ids, message = token_ids_of_stream(reading.chunks), reading.message
-    else:
-        token_ids, message = token_ids_of(transcript.response or {}), response_message(transcript)
-    # Non-streaming answers report `tool_calls`, not `length`, for a call parsed from a cut output
-    # (contract 3.5), so a cut is also told by the token count reaching the request's limit.
-    limit = transcript.request.get("max_completion_tokens") or transcript.request.get("max_tokens")
-    truncated = (message is not None and message.finish_reason == "length") or bool(
-        limit and token_ids and len(token_ids) >= limit)
-    try:
+    try:  # an answer of the wrong shape cannot be verified; judging reports it as a `response_shape` fail
+        if transcript.mode == "stream":
+            reading = read_stream(transcript)
+            token_ids, message = token_ids_of_stream(reading.chunks), reading.message
+        else:
+            token_ids, message = token_ids_of(transcript.response or {}), response_message(transcript)
+        # Non-streaming answers report `tool_calls`, not `length`, for a call parsed from a cut output
+        # (contract 3.5), so a cut is also told by the token count reaching the request's limit.
+        limit = transcript.request.get("max_completion_tokens") or transcript.request.get("max_tokens")
+        truncated = (message is not None and message.finish_reason == "length") or bool(
+            limit and token_ids and len(token_ids) >= limit)
         return verify_forced_output(tokenizer, case.force, token_ids, markers, truncated=truncated)
     except (ForcingUnsupported, OSError, ValueError, LookupError, TypeError, AttributeError):
         return None

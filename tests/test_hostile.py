@@ -1,0 +1,149 @@
+"""Hostile input and faults (issue 10): every input the suite reads is bounded in time and memory, every bad
+input is a clear exit 2 naming the file (and line or field), and nothing already recorded is lost.
+
+The tool runs as a subprocess, against loopback fakes that stop by themselves (tests/scripted_server.py,
+tests/hub_server.py); memory cases run it under an address-space limit, time cases under a wall-clock
+bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.scripted_server import Reply, json_reply, scripted_server, trickle
+
+ROOT = Path(__file__).resolve().parents[1]
+MEMORY_LIMIT = 1536 * 1024 * 1024  # bytes of address space for a tool run under a memory bound
+
+
+def conformance(*args: str | Path, memory: int | None = None, timeout: float = 60, cwd: Path | None = None,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the CLI; `memory` bounds its address space (and its children's), `timeout` its wall time."""
+    def limit_memory() -> None:
+        if memory is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "conformance", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, preexec_fn=limit_memory, cwd=cwd, env=environment)
+
+
+def assert_clean_error(completed: subprocess.CompletedProcess, *names: str) -> None:
+    """Exit 2, no traceback, and every one of `names` in the message."""
+    assert completed.returncode == 2, (completed.returncode, completed.stderr[-2000:])
+    assert "Traceback" not in completed.stderr, completed.stderr[-3000:]
+    for name in names:
+        assert name in completed.stderr + completed.stdout, (name, completed.stderr[-2000:])
+
+
+# --- cases and a scripted server that plays an OpenAI-style API --------------------------------------
+
+CASE_FILE = """\
+cases:
+{cases}
+"""
+CASE = """\
+  - id: {id}
+    description: The server answers this case with {id}; the harness must record and judge it.
+    features: [content]
+    request:
+      messages: [{{role: user, content: "{id}"}}]
+    force: "Hello."
+    expect:
+      hf:
+        message: {{content: "Hello."}}
+        finish_reason: stop
+"""
+
+
+def case_dir(tmp_path: Path, *ids: str, name: str = "cases") -> Path:
+    directory = tmp_path / name
+    directory.mkdir()
+    (directory / "suite.yaml").write_text(CASE_FILE.format(cases="".join(CASE.format(id=i) for i in ids)))
+    return directory
+
+
+def good_chunks(content: str = "Hello.") -> list[dict[str, Any]]:
+    def chunk(delta: dict, finish: str | None = None) -> dict:
+        return {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "token_ids": [1]}]}
+    return [chunk({"role": "assistant", "content": ""}), chunk({"content": content}), chunk({}, "stop")]
+
+
+def good_response(content: str = "Hello.") -> dict[str, Any]:
+    return {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop",
+                         "token_ids": [1]}]}
+
+
+def sse(*events: Any) -> Reply:
+    data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    return Reply(200, {"Content-Type": "text/event-stream"}, [data])
+
+
+def chat_routes(answers: dict[str, Any], **extra: Any) -> dict:
+    """Routes of a server that answers each case (keyed by its user message) with `answers[case]`:
+    a dict is the non-stream body and the stream is built from it; `(body, events)` gives both."""
+    def chat(body: dict) -> Reply:
+        scenario = body["messages"][-1]["content"]
+        answer = answers.get(scenario, (good_response(), good_chunks()))
+        if callable(answer):
+            return answer(body)
+        response, events = answer if isinstance(answer, tuple) else (answer, [answer])
+        return sse(*events) if body.get("stream") else json_reply(response)
+
+    return {
+        ("POST", "/v1/chat/completions"): chat,
+        ("GET", "/version"): lambda body: json_reply({"version": "scripted"}),
+        ("POST", "/tokenize"): lambda body: json_reply({"tokens": [1]}),
+        ("POST", "/detokenize"): lambda body: json_reply({"prompt": "Hello."}),
+        **extra,
+    }
+
+
+def run_against(server: Any, cases: Path, out: Path, *args: str, **options: Any) -> subprocess.CompletedProcess:
+    return conformance("run", "--base-url", server.base_url, "--model", "m", "--profile", "hf", "--cases", cases,
+                       "--out", out, *args, **options)
+
+
+def results_of(out: Path) -> dict[tuple[str, str], dict]:
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    return {(r["case_id"], r["mode"]): r for r in records}
+
+
+# --- 1. one malformed answer must not abort a forced run ----------------------------------------------
+
+MALFORMED = {
+    "choices-string": ({"choices": "nope"}, [{"choices": "nope"}]),
+    "choices-null": ({"choices": [None]}, [{"choices": [None]}]),
+    "delta-string": ({"choices": [{"index": 0, "message": "text", "finish_reason": "stop", "token_ids": [1]}]},
+                     [{"choices": [{"index": 0, "delta": "text", "token_ids": [1]}]}]),
+}
+
+
+def test_a_malformed_forced_answer_is_a_recorded_shape_failure_and_the_run_goes_on(tmp_path) -> None:
+    cases = case_dir(tmp_path, *MALFORMED, "well-formed")
+    with scripted_server(chat_routes(MALFORMED)) as server:
+        completed = run_against(server, cases, tmp_path / "out", "--forcing", "trust")
+    assert completed.returncode == 1, completed.stderr[-3000:]
+    assert "Traceback" not in completed.stderr
+    results = results_of(tmp_path / "out")
+    assert len(results) == 8, sorted(results)
+    for case_id in MALFORMED:
+        for mode in ("non-stream", "stream"):
+            result = results[(case_id, mode)]
+            assert result["outcome"] == "fail" and "shape" in result["reason"], result
+    recorded = {(t["case_id"], t["mode"]) for t in map(json.loads, (tmp_path / "out/transcripts.jsonl").read_text().splitlines())}
+    assert recorded == set(results)
+    assert (tmp_path / "out/report.md").is_file()
