@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
+from conformance import safe_yaml
 from conformance.server import PROFILES
 
 Mode = Literal["non-stream", "stream"]
@@ -38,7 +39,6 @@ RESPONSES_STATUSES = frozenset({"completed", "incomplete"})
 MIN_DESCRIPTION_WORDS = 6
 MESSAGE_FIELDS = ("reasoning", "content", "tool_calls")
 STREAM_FEATURE = "stream"  # the registry tag for "the stream knowingly differs": kept in step with `stream` overrides
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser when libyaml is there
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,7 +345,7 @@ def _read_document(path: Path, validator: Any) -> tuple[_Locator | None, list[Is
     except (OSError, UnicodeDecodeError) as exc:
         return None, [Issue(path, f"cannot read: {exc}")], set()
     try:
-        node, data = _parse_yaml(text)
+        node, data = safe_yaml.parse(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         if mark is None:
@@ -392,16 +392,6 @@ def _check_file(
         if index not in invalid_cases and not any(issue.severity == "error" for issue in case_issues):
             cases.append(_build_case(raw, index, tools, path, _node_line(node, ["cases", index]) or 0))
     return cases, sorted(issues, key=lambda issue: issue.line or 0)
-
-
-def _parse_yaml(text: str) -> tuple[yaml.Node | None, Any]:
-    """The node tree (for line numbers and duplicate keys) and the data, from one parse."""
-    loader = _YAML_LOADER(text)
-    try:
-        node = loader.get_single_node()
-        return node, (loader.construct_document(node) if node is not None else None)
-    finally:
-        loader.dispose()
 
 
 def _semantic_issues(
@@ -584,20 +574,10 @@ def _node_line(node: yaml.Node | None, path: list[str | int]) -> int | None:
     return node.start_mark.line + 1
 
 
-def _duplicate_keys(node: yaml.Node | None, locator: _Locator, at: list[str | int] | None = None) -> Iterator[Issue]:
+def _duplicate_keys(node: yaml.Node | None, locator: _Locator) -> Iterator[Issue]:
     """YAML silently keeps the last of two equal keys; report them instead."""
-    at = at or []
-    if isinstance(node, yaml.MappingNode):
-        seen = set()
-        for key, value in node.value:
-            if key.value in seen:
-                yield replace(locator.issue([*at, key.value], f"duplicate key {key.value!r}"),
-                              line=key.start_mark.line + 1)
-            seen.add(key.value)
-            yield from _duplicate_keys(value, locator, [*at, key.value])
-    elif isinstance(node, yaml.SequenceNode):
-        for position, item in enumerate(node.value):
-            yield from _duplicate_keys(item, locator, [*at, position])
+    for path, line in safe_yaml.duplicate_keys(node):
+        yield replace(locator.issue(path, f"duplicate key {path[-1]!r}"), line=line)
 
 
 def _schema_problems(data: Any, validator: Any) -> Iterator[tuple[list[str | int], str]]:

@@ -147,3 +147,71 @@ def test_a_malformed_forced_answer_is_a_recorded_shape_failure_and_the_run_goes_
     recorded = {(t["case_id"], t["mode"]) for t in map(json.loads, (tmp_path / "out/transcripts.jsonl").read_text().splitlines())}
     assert recorded == set(results)
     assert (tmp_path / "out/report.md").is_file()
+
+
+# --- 2. YAML alias bombs, deep nesting, unreadable scalars: one bounded reader for every YAML file -----
+
+def alias_bomb(levels: int = 9, indent: str = "") -> str:
+    """A few hundred bytes that stand for 9**levels nodes once the aliases are expanded."""
+    lines = [f"{indent}a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"{indent}a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_in_checkpoints_yaml_is_refused_in_bounded_time_and_memory(tmp_path) -> None:
+    listing = tmp_path / "checkpoints.yaml"
+    listing.write_text("- repo: a/b\n  revision: main\n  notes:\n" + alias_bomb(indent="    "))
+    started = time.monotonic()
+    completed = conformance("audit", "--checkpoints", listing, memory=MEMORY_LIMIT, timeout=30)
+    assert_clean_error(completed, str(listing), "line ", "alias")
+    assert time.monotonic() - started < 15
+
+
+def test_an_alias_bomb_in_a_case_file_is_refused_by_the_linter_and_the_loader_alike(tmp_path) -> None:
+    top = case_dir(tmp_path, "plain", name="top")
+    (top / "bomb.yaml").write_text(alias_bomb() + "cases: []\n")
+    inside = case_dir(tmp_path, "plain", name="inside")
+    (inside / "suite.yaml").write_text((inside / "suite.yaml").read_text().replace(
+        "      messages:", "      metadata:\n" + alias_bomb(indent="        ") + "      messages:"))
+    for directory, name in ((top, "bomb.yaml"), (inside, "suite.yaml")):
+        checked = conformance("cases", "check", directory, memory=MEMORY_LIMIT, timeout=30)
+        assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr[-2000:]  # lint errors
+        assert f"{name}:" in checked.stderr and "alias bomb" in checked.stderr
+        ran = run_against(type("S", (), {"base_url": "http://127.0.0.1:9/v1"}), directory, tmp_path / "out",
+                          memory=MEMORY_LIMIT, timeout=30)
+        assert_clean_error(ran, name, "alias")
+
+
+@pytest.mark.parametrize("document", [
+    "".join("  " * i + "- \n" for i in range(2000)),  # block nesting 2,000 deep
+    "[" * 900 + "]" * 900,  # flow nesting the C parser accepts
+    "- &a [*a]\n",  # an alias inside itself
+    "- repo: a/b\n  revision: main\n  notes: x\n- " + "9" * 5000 + "\n",  # an integer beyond Python's 4,300 digits
+    "- repo: a/b\n  revision: 2020-13-45\n",  # a timestamp with month 13
+])
+def test_deep_recursive_or_unreadable_yaml_is_an_exit_2_naming_the_file(tmp_path, document) -> None:
+    listing = tmp_path / "checkpoints.yaml"
+    listing.write_text(document)
+    assert_clean_error(conformance("audit", "--checkpoints", listing, timeout=30), str(listing), "line")
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "suite.yaml").write_text("cases:\n  - x: " + document.replace("\n", "\n    "))
+    checked = conformance("cases", "check", cases, timeout=30)
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr, checked.stderr[-2000:]  # lint errors
+    assert "suite.yaml:" in checked.stderr
+
+
+# --- 10, 11. checkpoints.yaml: a non-UTF-8 file is named; a key given twice is refused -----------------
+
+def test_a_non_utf8_checkpoints_yaml_names_the_file_and_line(tmp_path) -> None:
+    listing = tmp_path / "checkpoints.yaml"
+    listing.write_bytes(b"- repo: a/b\n  revision: main\n  notes: caf\xe9\n")
+    assert_clean_error(conformance("audit", "--checkpoints", listing), f"{listing}: line 3", "UTF-8")
+
+
+def test_a_key_given_twice_in_a_checkpoints_entry_is_refused_like_the_case_linter_does(tmp_path) -> None:
+    listing = tmp_path / "checkpoints.yaml"
+    listing.write_text("- repo: a/b\n  revision: main\n  expect: {both: starts, both: fails}\n  revision: v1\n")
+    completed = conformance("audit", "--checkpoints", listing)
+    assert_clean_error(completed, f"{listing}: entry 0 (a/b): line 4: duplicate key 'revision'",
+                       "line 3: duplicate key 'expect.both'")
