@@ -215,3 +215,47 @@ def test_a_key_given_twice_in_a_checkpoints_entry_is_refused_like_the_case_linte
     completed = conformance("audit", "--checkpoints", listing)
     assert_clean_error(completed, f"{listing}: entry 0 (a/b): line 4: duplicate key 'revision'",
                        "line 3: duplicate key 'expect.both'")
+
+
+# --- 3. Hub downloads: the size limit on the bytes read, a deadline per file ----------------------------
+
+def audit_hub(server: Any, cache: Path, *args: str, **options: Any) -> tuple[subprocess.CompletedProcess, dict]:
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
+    environment.update(HF_ENDPOINT=server.url, HF_HUB_CACHE=str(cache / "hub"))
+    report = cache / "audit.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "conformance", "audit", *args, "--json", str(report)], capture_output=True, text=True,
+        env={**environment, "PYTHONPATH": str(ROOT)}, cwd=cache, **options)
+    records = json.loads(report.read_text()) if report.exists() else {}
+    return completed, {c["id"]: c for c in records.get("checkpoints", [])}
+
+
+@pytest.fixture(scope="module")
+def hostile_hub():
+    from tests import hub_server
+
+    config = json.dumps({"response_template": None}).encode()
+    with hub_server.HubServer() as server:
+        server.add_repo("t/oversize", {"tokenizer_config.json": config}, mode=hub_server.OVERSIZE)
+        server.add_repo("t/trickle", {"tokenizer_config.json": config * 100}, mode=hub_server.TRICKLE, delay_s=0.5)
+        server.add_repo("t/stall", {"tokenizer_config.json": config}, mode=hub_server.STALL)
+        server.add_repo("t/fine", {"tokenizer_config.json": config})
+        yield server
+
+
+def test_hub_downloads_are_bounded_by_the_bytes_read_and_a_deadline_per_file(hostile_hub, tmp_path) -> None:
+    started = time.monotonic()
+    completed, audits = audit_hub(hostile_hub, tmp_path, "t/oversize", "t/trickle", "t/stall", "t/fine",
+                                  "--timeout", "1", timeout=60)
+    elapsed = time.monotonic() - started
+    assert "Traceback" not in completed.stderr, completed.stderr[-3000:]
+    assert completed.returncode == 2
+    assert audits["t/oversize"]["status"] == "too_large", audits["t/oversize"]
+    assert "more bytes than announced" in audits["t/oversize"]["error"]
+    for repo in ("t/trickle", "t/stall"):
+        assert audits[repo]["status"] == "timeout", audits[repo]
+        assert "tokenizer_config.json did not arrive within 3s" in audits[repo]["error"]
+    assert audits["t/fine"]["status"] == "ok"
+    assert elapsed < 15, elapsed
+    assert not list((tmp_path / "hub").rglob("*.incomplete")) or all(
+        p.stat().st_size <= 5 * 1024 * 1024 + 65536 for p in (tmp_path / "hub").rglob("*.incomplete"))
