@@ -259,3 +259,43 @@ def test_hub_downloads_are_bounded_by_the_bytes_read_and_a_deadline_per_file(hos
     assert elapsed < 15, elapsed
     assert not list((tmp_path / "hub").rglob("*.incomplete")) or all(
         p.stat().st_size <= 5 * 1024 * 1024 + 65536 for p in (tmp_path / "hub").rglob("*.incomplete"))
+
+
+# --- 8. long SSE lines: read in linear time, and capped ----------------------------------------------
+
+def long_line_routes(size: int) -> dict:
+    content = "x" * size
+    events = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": None}]},
+              {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+    response = {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}]}
+    return chat_routes({"long": (response, events)})
+
+
+def unforced_case_dir(tmp_path: Path, *ids: str) -> Path:
+    cases = case_dir(tmp_path, *ids)
+    (cases / "suite.yaml").write_text((cases / "suite.yaml").read_text().replace('    force: "Hello."\n', ""))
+    return cases
+
+
+def test_a_long_sse_line_is_read_in_linear_time(tmp_path) -> None:
+    cases = unforced_case_dir(tmp_path, "long")
+    with scripted_server(long_line_routes(24_000_000)) as server:
+        started = time.monotonic()
+        completed = run_against(server, cases, tmp_path / "out", "--max-line-bytes", "40000000", timeout=120)
+        elapsed = time.monotonic() - started
+    assert "Traceback" not in completed.stderr, completed.stderr[-2000:]
+    result = results_of(tmp_path / "out")[("long", "stream")]
+    assert result["outcome"] == "fail" and "expected message in content" in result["reason"], result  # read, judged
+    assert elapsed < 30, elapsed  # quadratic reading took minutes
+
+
+@pytest.mark.parametrize("mode", ["stream", "non-stream"])
+def test_a_line_over_the_cap_makes_the_answer_an_error_with_the_reason(tmp_path, mode) -> None:
+    cases = unforced_case_dir(tmp_path, "long")
+    with scripted_server(long_line_routes(3_000_000)) as server:
+        completed = run_against(server, cases, tmp_path / "out", "--max-line-bytes", "1000000")
+    assert completed.returncode == 2 and "Traceback" not in completed.stderr, completed.stderr[-2000:]
+    result = results_of(tmp_path / "out")[("long", mode)]
+    what = "an SSE line" if mode == "stream" else "the response body"
+    assert result["outcome"] == "error", result
+    assert f"{what} is longer than 1000000 bytes" in result["reason"]

@@ -14,7 +14,14 @@ from typing import Any
 
 from conformance import exit_codes
 from conformance.commands import add_verb
-from conformance.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
+from conformance.driver import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_TIMEOUT,
+    FORCING_CHOICES,
+    FORCING_HELP,
+    forcing_fields,
+)
 
 DESCRIPTION = """\
 Send every case (streaming and non-streaming unless a case says otherwise) to an OpenAI-compatible
@@ -57,6 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                         help=f"seconds per request (default: {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES, metavar="N",
+                        help="longest SSE line (or non-streaming body) read; a longer one makes the answer an error "
+                             f"(default: {DEFAULT_MAX_LINE_BYTES})")
     parser.add_argument("--api-key", default="EMPTY", metavar="KEY", help="API key sent to the server (default: EMPTY)")
     parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="local checkpoint directory: its response_template gives the markers checked for leaks")
@@ -80,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
         if args.launch not in PROFILES:
             return _usage_error(f"unknown profile {args.launch!r} for --launch; choose one of: {', '.join(PROFILES)}")
-    if args.repeat < 1 or args.concurrency < 1:
-        return _usage_error("--repeat and --concurrency must be at least 1")
+    if args.repeat < 1 or args.concurrency < 1 or args.max_line_bytes < 1:
+        return _usage_error("--repeat, --concurrency and --max-line-bytes must be at least 1")
     try:
         unknown_features = sorted(set(args.feature) - set(load_features(args.cases)))
         if unknown_features:
@@ -155,6 +165,7 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
         yield Target(
             base_url=args.base_url, model=args.model, profile=args.profile, api_key=args.api_key,
             timeout=args.timeout, **forcing_fields(args.forcing), checkpoint_revision=args.checkpoint_revision,
+            max_line_bytes=args.max_line_bytes,
         ), markers_for_checkpoint(args.checkpoint)  # fmt: skip
         return
     from conformance.fixture import build_fixture
@@ -168,6 +179,7 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
                 base_url=server.base_url, model=server.model, profile=args.profile or server.profile.name,
                 api_key=args.api_key, timeout=args.timeout, **forcing_fields(args.forcing), version=server.version,
                 args=tuple(server.args), checkpoint_revision=args.checkpoint_revision or _directory_digest(checkpoint),
+                max_line_bytes=args.max_line_bytes,
             ), markers_for_checkpoint(checkpoint)  # fmt: skip
     except ServerStartError as exc:
         raise TargetError(f"could not start vLLM: {exc}") from exc
