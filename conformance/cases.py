@@ -274,7 +274,11 @@ def _load_features(directory: Path) -> tuple[dict[str, str], list[Issue]]:
         path = DEFAULT_CASES_DIR / FEATURES_FILE
     features: dict[str, str] = {}
     issues: list[Issue] = []
-    for number, raw_line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        text = safe_yaml.read_text(path)
+    except safe_yaml.UnreadableFile as exc:
+        return features, [Issue(path, str(exc))]
+    for number, raw_line in enumerate(text.splitlines(), start=1):
         line = raw_line.strip()
         if not line or line.startswith("#"):
             continue
@@ -341,9 +345,9 @@ def _read_document(path: Path, validator: Any) -> tuple[_Locator | None, list[Is
     """Parse and schema-check one file: (its locator, or None when nothing in it is usable; the
     problems found; the indices of cases with schema errors)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, [Issue(path, f"cannot read: {exc}")], set()
+        text = safe_yaml.read_text(path)
+    except safe_yaml.UnreadableFile as exc:
+        return None, [Issue(path, str(exc))], set()
     try:
         node, data = safe_yaml.parse(text)
     except yaml.YAMLError as exc:

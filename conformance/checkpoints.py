@@ -117,15 +117,9 @@ def validate_entries(data: Any, source: str) -> list[CheckpointEntry]:
 def load_checkpoints(path: Path) -> list[CheckpointEntry]:
     """Read and validate a checkpoints.yaml file."""
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise CheckpointsError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise CheckpointsError(f"{path}: line {line}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset "
-                               f"{exc.start})") from exc
+        text = safe_yaml.read_text(path)
+    except safe_yaml.UnreadableFile as exc:
+        raise CheckpointsError(f"{path}: {exc}") from exc
     try:
         node, data = safe_yaml.parse(text)
     except yaml.YAMLError as exc:

@@ -9,7 +9,6 @@ judges a recorded transcripts file again with no server.
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -70,12 +69,13 @@ def markers_for_checkpoint(checkpoint: Path | None) -> tuple[str, ...]:
     """The delimiters checked for leaks: from the checkpoint's response_template, else the defaults."""
     if checkpoint is None:
         return template_markers(None)
-    path = checkpoint / "tokenizer_config.json"
+    from conformance.hub import FetchError, read_tokenizer_config
+
     try:
-        config = json.loads(path.read_text("utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: cannot read: {exc}") from exc
-    return template_markers(config.get("response_template") if isinstance(config, dict) else None)
+        config = read_tokenizer_config(checkpoint / "tokenizer_config.json")
+    except FetchError as exc:  # it names the file (and line); say which directory
+        raise CheckpointError(f"{checkpoint}/{exc}") from exc
+    return template_markers(config.get("response_template"))
 
 
 def select_cases(cases: Iterable[Any], ids: Sequence[str] = (), features: Sequence[str] = ()) -> list[Any]:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance.safe_yaml import UnreadableFile, read_text
+
 TOKENIZER_CONFIG = "tokenizer_config.json"
 OPTIONAL_FILES = ("chat_template.jinja", "chat_template.json")
 MAX_FILE_BYTES = 5 * 1024 * 1024
@@ -77,29 +79,68 @@ class FetchedCheckpoint:
     error: str | None = None
     files: dict[str, Path] = field(default_factory=dict)  # the files the repo has, as cached on disk
     tokenizer_config: dict | None = None
+    startup_error: str | None = None  # see FetchError
 
 
 class FetchError(Exception):
-    def __init__(self, kind: str, message: str) -> None:
+    """`startup_error`: what vLLM itself stops with on such a file, when it cannot even read it."""
+
+    def __init__(self, kind: str, message: str, startup_error: str | None = None) -> None:
         super().__init__(message)
-        self.kind = kind
+        self.kind, self.startup_error = kind, startup_error
+
+
+MAX_JSON_DEPTH = 100  # deeper values cannot be handed to the analysis worker (pickle recurses per level)
 
 
 def read_json_file(path: Path, name: str) -> Any:
     """Parse a checkpoint JSON file; an unreadable file, oversize or invalid JSON become FetchErrors naming the
-    file (and the position)."""
+    file (and the position). JSON that transformers itself cannot read (not UTF-8, an integer past Python's
+    digit limit) carries transformers' error as the `startup_error`."""
     try:
         if failure := _too_large(name, path.stat().st_size):
             raise failure
-        text = path.read_bytes().decode("utf-8", errors="replace")
+        text = read_text(path)
     except OSError as exc:
         raise FetchError(UNREADABLE, f"{name}: cannot read: {exc.strerror or exc}") from exc
+    except UnreadableFile as exc:
+        if isinstance(exc.__cause__, OSError):
+            raise FetchError(UNREADABLE, f"{name}: {exc}") from exc
+        raise FetchError(INVALID_JSON, f"{name}: {exc}", startup_error=_transformers_read_error(path)) from exc
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise FetchError(INVALID_JSON, f"{name}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
     except RecursionError as exc:  # untrusted input: arrays/objects nested thousands deep
         raise FetchError(INVALID_JSON, f"{name}: JSON nested too deeply to read") from exc
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise FetchError(INVALID_JSON, f"{name}: unreadable JSON value: {exc}",
+                         startup_error=_transformers_read_error(path)) from exc
+    if (depth := _depth(data)) > MAX_JSON_DEPTH:
+        raise FetchError(TOO_LARGE, f"{name}: JSON nested {depth} levels deep, over the {MAX_JSON_DEPTH}-level limit")
+    return data
+
+
+def _transformers_read_error(path: Path) -> str | None:
+    """The error of reading `path` as transformers 5.19 does (`json.load(open(path, encoding="utf-8"))`)."""
+    try:
+        with open(path, encoding="utf-8") as reader:
+            json.load(reader)
+    except (OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _depth(value: Any) -> int:
+    """How many arrays/objects deep `value` nests (iterative: the value may be deeper than the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def read_tokenizer_config(path: Path) -> dict:
@@ -339,6 +380,7 @@ def fetch_checkpoint(repo: str, revision: str, settings: HubSettings) -> Fetched
     except Exception as exc:  # every failure is a state of this checkpoint, never a crash of the run
         failure = _classify(exc, filename)
         result.status, result.error = failure.kind, _redact(str(failure), settings)
+        result.startup_error = failure.startup_error
         result.tokenizer_config = None
     return result
 

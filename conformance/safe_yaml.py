@@ -1,4 +1,5 @@
-"""The one YAML reader of the suite, bounded for untrusted files (checkpoints.yaml, case files, tools.yaml).
+"""The one YAML reader of the suite, bounded for untrusted files (checkpoints.yaml, case files, tools.yaml),
+and `read_text`, the UTF-8 reader of every untrusted text file (its errors name the line).
 
 YAML aliases let a few hundred bytes stand for billions of nodes (an "alias bomb"), and deep nesting makes
 recursive code overflow. `parse` composes the node tree (linear in the text: an alias is one shared node),
@@ -11,6 +12,7 @@ scalar readable (an integer of 5,000 digits or a 13th month is refused where it 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -21,6 +23,24 @@ MAX_CHARS = 16_000_000
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser when libyaml is there
 _STRING_TAG = "tag:yaml.org,2002:str"
+
+
+class UnreadableFile(ValueError):
+    """A file that cannot be read as UTF-8 text; the message says why (and where), without the file name."""
+
+
+def read_text(path: Path) -> str:
+    """The UTF-8 text of `path`; UnreadableFile says why not ("cannot read: ...", or the line and byte
+    that are not UTF-8)."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise UnreadableFile(f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise UnreadableFile(f"line {line}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start})") from exc
 
 
 class YamlLimitError(yaml.MarkedYAMLError):

@@ -115,26 +115,38 @@ class JsonLinesWriter:
 def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line number, object) for every non-blank line; a bad line raises TranscriptError."""
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open("rb")
     except OSError as exc:
         raise TranscriptError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     with handle:
-        for number, line in enumerate(handle, start=1):
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TranscriptError(f"{path}:{number}: not UTF-8 text (byte {raw[exc.start]:#04x})") from exc
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TranscriptError(f"{path}:{number}: not valid JSON: {exc.msg}") from exc
+            except RecursionError as exc:
+                raise TranscriptError(f"{path}:{number}: JSON nested too deeply to read") from exc
+            except ValueError as exc:  # invalid JSON, or an integer past Python's digit limit
+                raise TranscriptError(f"{path}:{number}: not valid JSON: {getattr(exc, 'msg', exc)}") from exc
             if not isinstance(record, dict):
                 raise TranscriptError(f"{path}:{number}: expected a JSON object per line")
             yield number, record
 
 
+_OPTIONAL_TEXT = (str, type(None))
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "case_id": str, "mode": str, "profile": str, "endpoint": str, "request": dict, "repeat": int,
     "status": (int, type(None)), "response": (dict, type(None)), "forcing_problems": (list, type(None)),
+    "forced": bool, "natural": bool, "started_at": str, "duration": (int, float),
+    "transport_error": _OPTIONAL_TEXT, "skip_reason": _OPTIONAL_TEXT,
 }  # fmt: skip
+_SERVER_TYPES: dict[str, type | tuple[type, ...]] = {
+    "base_url": str, "model": str, "profile": str, "version": _OPTIONAL_TEXT, "checkpoint_revision": _OPTIONAL_TEXT,
+}
 
 
 def _shape_problem(transcript: Transcript) -> str | None:
@@ -142,6 +154,13 @@ def _shape_problem(transcript: Transcript) -> str | None:
     for name, kind in _FIELD_TYPES.items():
         if not isinstance(getattr(transcript, name), kind):
             return f"field {name!r} has the wrong type: {getattr(transcript, name)!r}"[:200]
+    for name, kind in _SERVER_TYPES.items():
+        if not isinstance(getattr(transcript.server, name), kind):
+            return f"field 'server.{name}' has the wrong type: {getattr(transcript.server, name)!r}"[:200]
+    if not all(isinstance(arg, str) for arg in transcript.server.args):
+        return "field 'server.args' is not a list of strings"
+    if not all(isinstance(problem, str) for problem in transcript.forcing_problems or ()):
+        return "field 'forcing_problems' is not a list of strings"
     if transcript.mode not in MODES:
         return f"field 'mode' is {transcript.mode!r}, expected one of {', '.join(MODES)}"
     bad = next((line for line in transcript.sse if not isinstance(line.data, str)

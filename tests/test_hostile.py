@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,15 +29,24 @@ MEMORY_LIMIT = 1536 * 1024 * 1024  # bytes of address space for a tool run under
 
 
 def conformance(*args: str | Path, memory: int | None = None, timeout: float = 60, cwd: Path | None = None,
-                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+                env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """Run the CLI; `memory` bounds its address space (and its children's), `timeout` its wall time."""
     def limit_memory() -> None:
         if memory is not None:
             resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "conformance", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=limit_memory, cwd=cwd, env=environment)
+    return subprocess.run([*prefix, sys.executable, "-m", "conformance", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=limit_memory, cwd=cwd, env=environment)
+
+
+def without_root_privileges() -> tuple[str, ...]:
+    """A command prefix under which file permissions apply (root bypasses them unless it drops those capabilities)."""
+    if os.geteuid() != 0:
+        return ()
+    if not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv: file permissions cannot be made to apply")
+    return ("setpriv", "--bounding-set=-dac_override,-dac_read_search")
 
 
 def assert_clean_error(completed: subprocess.CompletedProcess, *names: str) -> None:
@@ -299,3 +309,120 @@ def test_a_line_over_the_cap_makes_the_answer_an_error_with_the_reason(tmp_path,
     what = "an SSE line" if mode == "stream" else "the response body"
     assert result["outcome"] == "error", result
     assert f"{what} is longer than 1000000 bytes" in result["reason"]
+
+
+# --- 5, 9, 10. tokenizer_config.json that transformers cannot read; files named in every error ----------
+
+NOT_UTF8 = b'{"model_max_length": 10, "note": "caf\xe9"}'
+HUGE_INTEGER = b'{"model_max_length": ' + b"9" * 5000 + b"}"
+DEEP = b'{"response_template": ' + b"[" * 900 + b"]" * 900 + b"}"
+
+
+def checkpoint(tmp_path: Path, config: bytes, name: str = "model") -> Path:
+    directory = tmp_path / name
+    directory.mkdir()
+    (directory / "tokenizer_config.json").write_bytes(config)
+    return directory
+
+
+def transformers_error(directory: Path) -> str:
+    """What transformers itself raises loading this checkpoint's tokenizer (what vLLM stops with)."""
+    transformers = pytest.importorskip("transformers")
+    with pytest.raises(Exception) as raised:
+        transformers.AutoTokenizer.from_pretrained(str(directory))
+    return f"{type(raised.value).__name__}: {raised.value}"
+
+
+@pytest.mark.parametrize("config", [NOT_UTF8, HUGE_INTEGER], ids=["not-utf8", "huge-integer"])
+def test_a_tokenizer_config_transformers_cannot_read_is_predicted_to_fail_with_its_error(tmp_path, config) -> None:
+    directory = checkpoint(tmp_path, config)
+    expected = transformers_error(directory)
+    completed = conformance("audit", "--local", directory, "--json", tmp_path / "audit.json")
+    assert completed.returncode == 1 and "Traceback" not in completed.stderr, completed.stderr[-2000:]
+    (audit,) = json.loads((tmp_path / "audit.json").read_text())["checkpoints"]
+    assert audit["status"] == "invalid_json" and f"{directory}/tokenizer_config.json: " in audit["error"]
+    assert audit["vllm_0_32"] == {name: {"starts": False, "error": expected}
+                                  for name in ("tool_call_parser_hf", "reasoning_parser_hf", "both")}
+
+
+def test_json_nested_too_deep_for_the_analysis_is_refused_by_name(tmp_path) -> None:
+    directory = checkpoint(tmp_path, DEEP)
+    completed = conformance("audit", "--local", directory, "--json", tmp_path / "audit.json")
+    assert "Traceback" not in completed.stderr and "pickl" not in completed.stdout + completed.stderr
+    (audit,) = json.loads((tmp_path / "audit.json").read_text())["checkpoints"]
+    assert audit["status"] == "too_large"
+    assert "tokenizer_config.json: JSON nested 901 levels deep, over the 100-level limit" in audit["error"]
+
+
+def test_a_huge_integer_on_the_hub_is_invalid_json_of_the_file_that_has_it(tmp_path) -> None:
+    from tests import hub_server
+
+    with hub_server.HubServer() as server:
+        server.add_repo("t/huge", {"tokenizer_config.json": HUGE_INTEGER, "chat_template.jinja": "{{ x }}"})
+        completed, audits = audit_hub(server, tmp_path, "t/huge", "--timeout", "5", timeout=60)
+    assert "Traceback" not in completed.stderr
+    assert audits["t/huge"]["status"] == "invalid_json"
+    assert audits["t/huge"]["error"].startswith("tokenizer_config.json: unreadable JSON value: Exceeds the limit")
+
+
+@pytest.mark.parametrize("config", [NOT_UTF8, HUGE_INTEGER, DEEP, b"[" * 100_000], ids=["not-utf8", "huge-integer",
+                                                                                   "deep", "deeper-than-the-stack"])
+def test_run_checkpoint_that_cannot_be_read_is_an_exit_2_naming_the_file(tmp_path, config) -> None:
+    directory = checkpoint(tmp_path, config)
+    completed = run_against(type("S", (), {"base_url": "http://127.0.0.1:9/v1"}), case_dir(tmp_path, "c"),
+                            tmp_path / "out", "--checkpoint", directory)
+    assert_clean_error(completed, f"{directory}/tokenizer_config.json: ")
+
+
+def test_a_non_utf8_features_txt_is_named(tmp_path) -> None:
+    cases = case_dir(tmp_path, "c")
+    (cases / "features.txt").write_bytes(b"content Plain content.\nbad caf\xe9\n")
+    completed = run_against(type("S", (), {"base_url": "http://127.0.0.1:9/v1"}), cases, tmp_path / "out")
+    assert_clean_error(completed, "features.txt", "line 2: not UTF-8")
+    checked = conformance("cases", "check", cases)
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr and "features.txt" in checked.stderr
+
+
+RECORD = {"case_id": "c", "mode": "stream", "profile": "hf", "endpoint": "chat", "request": {},
+          "server": {"base_url": "http://x/v1", "model": "m", "profile": "hf"}, "skip_reason": "not sent"}
+
+
+@pytest.mark.parametrize("verb", ["run", "recheck"])
+@pytest.mark.parametrize("out", ["a-file", "a-file/below"])
+def test_an_out_that_cannot_be_a_directory_is_an_exit_2_naming_it(tmp_path, verb, out) -> None:
+    (tmp_path / "a-file").write_text("taken")
+    target = tmp_path / out
+    if verb == "run":
+        completed = run_against(type("S", (), {"base_url": "http://127.0.0.1:9/v1"}), case_dir(tmp_path, "c"), target)
+    else:
+        recording = tmp_path / "transcripts.jsonl"
+        recording.write_text(json.dumps(RECORD) + "\n")
+        completed = conformance("recheck", recording, "--cases", case_dir(tmp_path, "c"), "--out", target)
+    assert_clean_error(completed, str(target))
+
+
+@pytest.mark.parametrize(("content", "named"), [
+    (b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe", ":1: not UTF-8"),
+    (json.dumps({**RECORD, "duration": "soon"}).encode(), ":1: not a transcript: field 'duration'"),
+    (json.dumps({**RECORD, "skip_reason": 5}).encode(), ":1: not a transcript: field 'skip_reason'"),
+    (json.dumps({**RECORD, "server": {**RECORD["server"], "args": [1]}}).encode(), ":1: not a transcript: field 'server.args'"),
+    (b"[" * 100_000, ":1: JSON nested too deeply"),
+], ids=["binary", "duration", "skip-reason", "server-args", "deep"])
+def test_recheck_of_a_file_that_is_not_transcripts_names_the_file_and_line(tmp_path, content, named) -> None:
+    recording = tmp_path / "transcripts.jsonl"
+    recording.write_bytes(content)
+    assert_clean_error(conformance("recheck", recording, "--out", tmp_path / "out"), f"{recording}{named}")
+
+
+def test_an_unreadable_local_checkpoint_is_its_own_state_not_a_report_error(tmp_path) -> None:
+    directory = checkpoint(tmp_path, b"{}")
+    directory.chmod(0)
+    try:
+        completed = conformance("audit", "--local", directory, "--json", tmp_path / "audit.json",
+                                prefix=without_root_privileges())
+    finally:
+        directory.chmod(0o755)
+    assert_clean_error(completed, f"{directory}: cannot read: Permission denied")
+    assert "cannot write the report" not in completed.stderr
+    (audit,) = json.loads((tmp_path / "audit.json").read_text())["checkpoints"]
+    assert audit["status"] == "unreadable"

@@ -53,9 +53,13 @@ def run(args: argparse.Namespace) -> int:
         return exit_codes.ERROR
     results = recheck(transcripts, cases, markers=markers)
     out_dir = args.out or args.transcripts.parent / "recheck"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_results(out_dir / RESULTS_FILE, results)
-    paths = write_reports(out_dir, results, stamp_of_recording(transcripts), transcripts)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_results(out_dir / RESULTS_FILE, results)
+        paths = write_reports(out_dir, results, stamp_of_recording(transcripts), transcripts)
+    except OSError as exc:
+        print(f"conformance recheck: error: {out_dir}: cannot write the reports: {exc.strerror or exc}", file=sys.stderr)
+        return exit_codes.ERROR
     summary = summarize(results)
     print(summary.line())
     for kind, path in {"results": out_dir / RESULTS_FILE, **paths}.items():

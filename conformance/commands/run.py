@@ -102,7 +102,10 @@ def run(args: argparse.Namespace) -> int:
     if not cases:
         return _usage_error("no case matches the selection")
     out_dir = args.out or Path("reports") / f"run-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return _usage_error(f"--out {out_dir}: cannot create the directory: {exc.strerror or exc}")
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # unwind: a launched server is stopped
     try:
         with _target(args, out_dir) as (target, markers):
