@@ -102,10 +102,10 @@ async def fetch_server_version(clients: Clients, target: Target) -> str | None:
     import openai
 
     try:
-        reply = await clients.api.get(f"{target.root_url}/version", cast_to=httpx2.Response,
-                                      options={"timeout": 10})
-        return str(reply.json()["version"])
-    except (openai.APIError, ValueError, KeyError, TypeError):
+        async with asyncio.timeout(target.timeout):  # the whole answer: a trickle must not hold the run
+            reply = await clients.api.get(f"{target.root_url}/version", cast_to=httpx2.Response)
+            return str(reply.json()["version"])
+    except (openai.APIError, TimeoutError, ValueError, KeyError, TypeError):
         return None
 
 

@@ -134,10 +134,11 @@ async def resolve_forcing(target: Target, cases: Sequence[Any], natural: bool) -
     forced request tells whether the server honours forced outputs with canonical tokens."""
     if target.can_force is not None or natural or all(case.force is None for case in cases):
         return target
-    from conformance.forcing import ForcingUnsupported, probe_forcing
+    from conformance.forcing import ForcingUnsupported, in_daemon_thread, probe_forcing
 
-    try:
-        await asyncio.to_thread(probe_forcing, target.root_url, target.model, target.timeout, target.api_key)
+    try:  # the probe and its verification, within --timeout
+        await in_daemon_thread(target.timeout, probe_forcing, target.root_url, target.model, target.timeout,
+                               target.api_key)
     except ForcingUnsupported as exc:
         return replace(target, can_force=False, cannot_force_reason=str(exc))
     except (OSError, ValueError, LookupError, TypeError, AttributeError):
@@ -171,6 +172,16 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript
             limit and token_ids and len(token_ids) >= limit)
         return verify_forced_output(tokenizer, case.force, token_ids, markers, truncated=truncated)
     except (ForcingUnsupported, OSError, ValueError, LookupError, TypeError, AttributeError):
+        return None
+
+
+async def _verify_within(timeout: float, *args: Any) -> list[str] | None:
+    """`verify_forcing(*args)`, its /tokenize and /detokenize requests within `timeout` (else unverified)."""
+    from conformance.forcing import in_daemon_thread
+
+    try:
+        return await in_daemon_thread(timeout, verify_forcing, *args)
+    except TimeoutError:
         return None
 
 
@@ -236,7 +247,7 @@ async def run_async(
         results: list[CaseResult] = []
         transcripts: list[Transcript] = []
         bar = _Progress(request_count(cases, repeat), progress)
-        tokenizer = ServerTokenizer(target.root_url, target.model, target.api_key)
+        tokenizer = ServerTokenizer(target.root_url, target.model, target.api_key, target.timeout)
 
         async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
             forcing, skip = _forcing_for(case, target, natural)
@@ -247,8 +258,8 @@ async def run_async(
                     transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
                                             repeat=repeat_index)
                     if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
-                        transcript.forcing_problems = await asyncio.to_thread(
-                            verify_forcing, tokenizer, case, transcript, markers)
+                        transcript.forcing_problems = await _verify_within(target.timeout, tokenizer, case,
+                                                                           transcript, markers)
             transcripts.append(transcript)
             if writers:
                 writers[0].write(transcript.to_dict())

@@ -14,10 +14,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -388,17 +388,34 @@ def fetch_checkpoint(repo: str, revision: str, settings: HubSettings) -> Fetched
 def fetch_many(
     checkpoints: Iterable[tuple[str, str]], settings: HubSettings, workers: int = DEFAULT_WORKERS
 ) -> Iterator[FetchedCheckpoint]:
-    """Fetch `(repo, revision)` pairs concurrently, yielding each result as soon as it is complete."""
+    """Fetch `(repo, revision)` pairs concurrently, yielding each result as soon as it is complete.
+
+    The workers are daemon threads: on Ctrl-C or an abandoned generator, queued checkpoints are not started
+    and nothing waits for the fetches still running (each ends by its own deadline, in the background)."""
     from huggingface_hub.utils import disable_progress_bars
 
     pairs = list(checkpoints)
     if not pairs:
         return
     disable_progress_bars()  # one bar per small file is noise, and slow with hundreds of checkpoints
-    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(pairs))))
+    queued: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+    for pair in pairs:
+        queued.put(pair)
+    done: queue.SimpleQueue[FetchedCheckpoint] = queue.SimpleQueue()
+    stopped = threading.Event()
+
+    def work() -> None:
+        while not stopped.is_set():
+            try:
+                repo, revision = queued.get_nowait()
+            except queue.Empty:
+                return
+            done.put(fetch_checkpoint(repo, revision, settings))
+
+    for _ in range(max(1, min(workers, len(pairs)))):
+        threading.Thread(target=work, daemon=True, name="hub-fetch").start()
     try:
-        futures = [pool.submit(fetch_checkpoint, repo, revision, settings) for repo, revision in pairs]
-        for future in as_completed(futures):
-            yield future.result()
-    finally:  # on Ctrl-C or an abandoned generator, wait only for the fetches already running
-        pool.shutdown(wait=True, cancel_futures=True)
+        for _ in pairs:
+            yield done.get()
+    finally:
+        stopped.set()

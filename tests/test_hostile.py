@@ -102,7 +102,7 @@ def sse(*events: Any) -> Reply:
     return Reply(200, {"Content-Type": "text/event-stream"}, [data])
 
 
-def chat_routes(answers: dict[str, Any], **extra: Any) -> dict:
+def chat_routes(answers: dict[str, Any], extra: dict | None = None) -> dict:
     """Routes of a server that answers each case (keyed by its user message) with `answers[case]`:
     a dict is the non-stream body and the stream is built from it; `(body, events)` gives both."""
     def chat(body: dict) -> Reply:
@@ -118,7 +118,7 @@ def chat_routes(answers: dict[str, Any], **extra: Any) -> dict:
         ("GET", "/version"): lambda body: json_reply({"version": "scripted"}),
         ("POST", "/tokenize"): lambda body: json_reply({"tokens": [1]}),
         ("POST", "/detokenize"): lambda body: json_reply({"prompt": "Hello."}),
-        **extra,
+        **(extra or {}),
     }
 
 
@@ -426,3 +426,91 @@ def test_an_unreadable_local_checkpoint_is_its_own_state_not_a_report_error(tmp_
     assert "cannot write the report" not in completed.stderr
     (audit,) = json.loads((tmp_path / "audit.json").read_text())["checkpoints"]
     assert audit["status"] == "unreadable"
+
+
+# --- 6, 7. side requests honour --timeout; Ctrl-C stops within seconds and writes the reports ------------
+
+def stalled(body: dict) -> Reply:
+    return Reply(200, {"Content-Type": "application/json"}, [30.0])
+
+
+def trickled(body: dict) -> Reply:
+    return Reply(200, {"Content-Type": "application/json"}, trickle(b'{"version": "' + b"9" * 40 + b'"}', 0.5))
+
+
+def test_side_requests_honour_the_timeout(tmp_path) -> None:
+    cases = case_dir(tmp_path, "c")
+    routes = chat_routes({}, {("GET", "/version"): trickled, ("POST", "/detokenize"): stalled,
+                              ("POST", "/tokenize"): stalled})
+    with scripted_server(routes) as server:
+        started = time.monotonic()
+        completed = run_against(server, cases, tmp_path / "out", "--forcing", "trust", "--timeout", "2")
+        elapsed = time.monotonic() - started
+    assert "Traceback" not in completed.stderr, completed.stderr[-2000:]
+    assert len(results_of(tmp_path / "out")) == 2
+    transcripts = [json.loads(line) for line in (tmp_path / "out/transcripts.jsonl").read_text().splitlines()]
+    assert [t["forcing_problems"] for t in transcripts] == [None, None]  # could not be verified in time
+    assert elapsed < 15, elapsed  # /version trickles for 25 s, /detokenize stalls for 30 s
+
+
+def interrupt_when(process: subprocess.Popen, ready: Any, limit_s: float = 30) -> float:
+    """Send Ctrl-C (SIGINT) once `ready()` holds; the seconds the tool then takes to exit."""
+    ends = time.monotonic() + limit_s
+    while not ready() and time.monotonic() < ends and process.poll() is None:
+        time.sleep(0.1)
+    assert ready(), "the run never reached the point to interrupt"
+    process.send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
+    process.wait(timeout=30)
+    return time.monotonic() - interrupted
+
+
+def start_run(server: Any, cases: Path, out: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "conformance", "run", "--base-url", server.base_url, "--model", "m", "--profile", "hf",
+         "--cases", str(cases), "--out", str(out), "--concurrency", "1", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_ctrl_c_during_a_stalled_side_request_stops_within_seconds_and_writes_the_reports(tmp_path) -> None:
+    cases = case_dir(tmp_path, "quick", "slow")
+    answers = {"slow": (dict(good_response(), choices=[{**good_response()["choices"][0], "token_ids": [2]}]),
+                        [dict(c, choices=[{**c["choices"][0], "token_ids": [2]}]) for c in good_chunks()])}
+    detokenize = lambda body: stalled(body) if body.get("tokens") == [2] else json_reply({"prompt": "Hello."})  # noqa: E731
+    with scripted_server(chat_routes(answers, {("POST", "/detokenize"): detokenize})) as server:
+        process = start_run(server, cases, tmp_path / "out", "--forcing", "trust", "--timeout", "60")
+        results = tmp_path / "out/results.jsonl"
+        took = interrupt_when(process, lambda: results.is_file() and len(results.read_text().splitlines()) >= 2)
+        stderr = process.stderr.read()
+    assert took < 5, took
+    assert process.returncode == 2 and "Traceback" not in stderr, stderr[-2000:]
+    assert "interrupted after 2 of 4 results" in (tmp_path / "out/report.md").read_text()
+
+
+def test_ctrl_c_before_the_first_answer_is_a_clean_exit_2_with_a_report_saying_nothing_was_judged(tmp_path) -> None:
+    cases = case_dir(tmp_path, "c")
+    with scripted_server(chat_routes({}, {("GET", "/version"): stalled})) as server:
+        process = start_run(server, cases, tmp_path / "out")
+        took = interrupt_when(process, lambda: ("GET", "/version") in server.hits)
+        stderr = process.stderr.read()
+    assert took < 5, took
+    assert process.returncode == 2 and "Traceback" not in stderr, stderr[-2000:]
+    assert "nothing was judged (0 of 2 results)" in (tmp_path / "out/report.md").read_text()
+
+
+def test_ctrl_c_in_audit_writes_the_json_report_of_the_checkpoints_done(hostile_hub, tmp_path) -> None:
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
+    environment.update(HF_ENDPOINT=hostile_hub.url, HF_HUB_CACHE=str(tmp_path / "hub"), PYTHONPATH=str(ROOT))
+    report = tmp_path / "audit.json"
+    process = subprocess.Popen([sys.executable, "-m", "conformance", "audit", "t/fine", "t/stall", "--timeout", "20",
+                                "--json", str(report)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=environment, cwd=tmp_path)
+    partial = tmp_path / "audit.json.partial.jsonl"
+    took = interrupt_when(process, lambda: partial.is_file() and partial.read_text().strip() != "")
+    stderr = process.stderr.read()
+    assert took < 5, took
+    assert process.returncode == 2 and "Traceback" not in stderr, stderr[-2000:]
+    written = json.loads(report.read_text())
+    assert written["complete"] is False
+    assert [(c["id"], c["status"]) for c in written["checkpoints"]] == [("t/fine", "ok")]
+    assert "interrupted after 1 of 2 checkpoints" in stderr

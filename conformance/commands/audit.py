@@ -100,9 +100,15 @@ def run(args: argparse.Namespace) -> int:
             audit.position = len(writer.audits)
             writer.add(audit)
         offset = len(writer.audits)
-        for audit in audit_checkpoints(entries, settings, workers=args.workers):
-            audit.position += offset
-            writer.add(audit)
+        try:
+            for audit in audit_checkpoints(entries, settings, workers=args.workers):
+                audit.position += offset
+                writer.add(audit)
+        except KeyboardInterrupt:
+            writer.interrupt()
+            print(f"interrupted after {len(writer.audits)} of {len(args.local) + len(entries)} checkpoints; "
+                  "the reports hold those", file=sys.stderr)
+            return exit_codes.ERROR
         report = writer.finish()
     except OSError as exc:
         print(f"error: cannot write the report: {exc}", file=sys.stderr)

@@ -128,7 +128,7 @@ def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out
             markers=markers, progress=True,
         )  # fmt: skip
     except KeyboardInterrupt:
-        return _report_interrupted_run(out_dir, expected=request_count(cases, args.repeat))
+        return _report_interrupted_run(out_dir, expected=request_count(cases, args.repeat), target=target)
     paths = write_reports(out_dir, output.results, output.stamp, output.transcripts)
     print(output.summary.line())
     for kind, path in paths.items():
@@ -136,19 +136,23 @@ def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out
     return output.summary.exit_code
 
 
-def _report_interrupted_run(out_dir: Path, expected: int) -> int:
-    """Reports from what an interrupted run had already written (results are flushed as judged)."""
+def _report_interrupted_run(out_dir: Path, expected: int, target: Any) -> int:
+    """Reports from what an interrupted run had already written (results are flushed as judged); interrupted
+    before any answer was recorded, the reports say that nothing was judged."""
     from conformance.engine import write_reports
-    from conformance.report.stamp import stamp_of_recording
+    from conformance.report.stamp import make_stamp, stamp_of_recording
     from conformance.results import RESULTS_FILE, read_results
     from conformance.transcript import TRANSCRIPTS_FILE, read_transcripts
 
-    transcripts = read_transcripts(out_dir / TRANSCRIPTS_FILE)
-    results = read_results(out_dir / RESULTS_FILE)
-    print(f"interrupted after {len(results)} of {expected} results", file=sys.stderr)
+    recorded = (out_dir / TRANSCRIPTS_FILE).is_file()
+    transcripts = read_transcripts(out_dir / TRANSCRIPTS_FILE) if recorded else []
+    results = read_results(out_dir / RESULTS_FILE) if (out_dir / RESULTS_FILE).is_file() else []
+    completion = f"interrupted after {len(results)} of {expected} results"
     if not transcripts:
-        return exit_codes.ERROR
-    stamp = stamp_of_recording(transcripts, completion=f"interrupted after {len(results)} of {expected} results")
+        completion = f"interrupted before any answer was recorded: nothing was judged (0 of {expected} results)"
+    print(completion, file=sys.stderr)
+    stamp = stamp_of_recording(transcripts, completion) if transcripts else make_stamp(target.stamp().__dict__,
+                                                                                     completion=completion)
     for kind, path in write_reports(out_dir, results, stamp, transcripts).items():
         print(f"{kind} (partial): {path}")
     return exit_codes.ERROR
