@@ -18,15 +18,17 @@ from conformance.template import (
     StartupVerdict,
     TemplateAnalysis,
     TemplateAnalysisTimeout,
+    TemplateTooExpensive,
     analyze_template,
 )
 
 OK = hub.OK
 TEMPLATE_TIMEOUT = "template_timeout"
+TEMPLATE_TOO_EXPENSIVE = "template_too_expensive"  # the analysis needed more memory than its worker may have
 ANALYSIS_ERROR = "analysis_error"  # the analysis worker itself failed: a tool problem
 # Statuses that say something about the checkpoint itself (exit 1); any other failure means the audit
 # could not look at the checkpoint (Hub, network, cache, access: exit 2).
-CHECKPOINT_FAULTS = frozenset({hub.INVALID_JSON, hub.TOO_LARGE, TEMPLATE_TIMEOUT})
+CHECKPOINT_FAULTS = frozenset({hub.INVALID_JSON, hub.TOO_LARGE, TEMPLATE_TIMEOUT, TEMPLATE_TOO_EXPENSIVE})
 
 
 @dataclass
@@ -75,6 +77,8 @@ def _analyze(audit: CheckpointAudit, tokenizer_config: dict) -> CheckpointAudit:
         audit.template = analyze_template(tokenizer_config)
     except TemplateAnalysisTimeout as exc:
         audit.status, audit.error = TEMPLATE_TIMEOUT, str(exc)
+    except TemplateTooExpensive as exc:
+        audit.status, audit.error = TEMPLATE_TOO_EXPENSIVE, str(exc)
     except RuntimeError as exc:
         audit.status, audit.error = ANALYSIS_ERROR, str(exc)
     return audit

@@ -514,3 +514,21 @@ def test_ctrl_c_in_audit_writes_the_json_report_of_the_checkpoints_done(hostile_
     assert written["complete"] is False
     assert [(c["id"], c["status"]) for c in written["checkpoints"]] == [("t/fine", "ok")]
     assert "interrupted after 1 of 2 checkpoints" in stderr
+
+
+# --- 4. template analysis is bounded in memory ------------------------------------------------------------
+
+@pytest.mark.parametrize("memory", [None, 2 * 1024**3], ids=["unbounded-tool", "tool-bounded-at-2GiB"])
+def test_a_regex_that_needs_gigabytes_to_compile_is_template_too_expensive(tmp_path, memory) -> None:
+    # About 1.1 GB to compile: an unbounded worker finishes it; one under the tool's 2 GiB would fail there
+    # with a MemoryError of its own (analysis_error) if it had no bound of its own.
+    template = {"fields": {"content": {"open_pattern": "(?:(?:a{100}){100}){400}", "close": "</x>"}}}
+    directory = checkpoint(tmp_path, json.dumps({"response_template": template}).encode())
+    started = time.monotonic()
+    completed = conformance("audit", "--local", directory, "--json", tmp_path / "audit.json", memory=memory,
+                            timeout=60)
+    assert time.monotonic() - started < 30
+    assert completed.returncode == 1 and "Traceback" not in completed.stderr, completed.stderr[-2000:]
+    (audit,) = json.loads((tmp_path / "audit.json").read_text())["checkpoints"]
+    assert audit["status"] == "template_too_expensive", audit
+    assert "needed more than 1024 MiB" in audit["error"]
