@@ -532,3 +532,75 @@ def test_a_regex_that_needs_gigabytes_to_compile_is_template_too_expensive(tmp_p
     (audit,) = json.loads((tmp_path / "audit.json").read_text())["checkpoints"]
     assert audit["status"] == "template_too_expensive", audit
     assert "needed more than 1024 MiB" in audit["error"]
+
+
+# --- property: arbitrary bytes in every file the suite reads --------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=20)
+_yaml_words = st.sampled_from(["- ", "repo: ", "a/b", "revision: ", "main", "expect: ", "{", "}", "[", "]", "&a ",
+                               "*a ", "cases:", "id: ", "request:", "\n", "  ", ": ", "<<: *a", "!!binary ", "9" * 50])
+HOSTILE_BYTES = st.one_of(
+    st.binary(max_size=300),
+    st.lists(_yaml_words, max_size=40).map(lambda words: "".join(words).encode()),
+    _json_values.map(lambda value: json.dumps(value).encode()),
+    st.dictionaries(st.sampled_from(["response_template", "response_schema", "case_id", "mode", "server", "sse",
+                                     "request", "status", "fields", "profile", "endpoint"]), _json_values, max_size=6)
+    .map(lambda value: json.dumps(value).encode()),
+)
+TARGETS = ["checkpoints.yaml", "case file", "tokenizer_config.json", "transcripts.jsonl"]
+
+
+def run_in_process(*args: str) -> int:
+    """The CLI in this process (no interpreter start per example), bounded in time by SIGALRM."""
+    import contextlib
+    import io
+
+    from conformance.cli import main
+
+    def too_slow(*_: object) -> None:
+        raise TimeoutError(f"conformance {' '.join(args)} took more than 20 s")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(20)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return main(list(args))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(target=st.sampled_from(TARGETS), content=HOSTILE_BYTES)
+def test_arbitrary_bytes_in_any_input_file_end_in_exit_0_1_or_2(tmp_path_factory, target, content) -> None:
+    work = tmp_path_factory.mktemp("hostile")
+    saved = {name: os.environ.get(name) for name in ("HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_ENDPOINT")}
+    os.environ.update(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(work / "hub"), HF_ENDPOINT="http://127.0.0.1:9")
+    try:
+        if target == "checkpoints.yaml":
+            (work / "checkpoints.yaml").write_bytes(content)
+            code = run_in_process("audit", "--checkpoints", str(work / "checkpoints.yaml"))
+        elif target == "case file":
+            (work / "cases").mkdir()
+            (work / "cases" / "suite.yaml").write_bytes(content)
+            code = run_in_process("cases", "check", str(work / "cases"))
+        elif target == "tokenizer_config.json":
+            checkpoint(work, content)
+            code = run_in_process("audit", "--local", str(work / "model"), "--json", str(work / "audit.json"))
+        else:
+            (work / "transcripts.jsonl").write_bytes(content)
+            code = run_in_process("recheck", str(work / "transcripts.jsonl"), "--out", str(work / "out"))
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    assert code in (0, 1, 2)
