@@ -279,8 +279,8 @@ def _bounded_transport() -> Any:
             if at is not None:  # no single read may wait past the deadline either (a stalled answer)
                 remaining = max(0.01, at - time.monotonic())
                 limits = request.extensions.get("timeout") or {}
-                request.extensions["timeout"] = {
-                    name: min(remaining, limits.get(name) or remaining) for name in ("connect", "read", "write", "pool")}
+                request.extensions["timeout"] = {name: min(remaining, limits.get(name) or remaining)
+                                                 for name in ("connect", "read", "write", "pool")}
             request.headers["Accept-Encoding"] = "identity"  # the byte limit counts what is stored
             response = super().handle_request(request)
             response.headers.pop("Content-Encoding", None)  # asked for none: bytes are stored as they came

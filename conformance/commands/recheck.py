@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         write_results(out_dir / RESULTS_FILE, results)
         paths = write_reports(out_dir, results, stamp_of_recording(transcripts), transcripts)
     except OSError as exc:
-        print(f"conformance recheck: error: {out_dir}: cannot write the reports: {exc.strerror or exc}", file=sys.stderr)
+        print(f"conformance recheck: error: {out_dir}: cannot write the reports: {exc.strerror or exc}",
+              file=sys.stderr)
         return exit_codes.ERROR
     summary = summarize(results)
     print(summary.line())
