@@ -219,7 +219,12 @@ def check_suite(directory: Path | None = None) -> SuiteCheck:
     """Validate every `*.yaml`/`*.yml` file in `directory` and collect all issues (never raises on bad input)."""
     directory = Path(directory) if directory is not None else DEFAULT_CASES_DIR
     check = SuiteCheck(directory)
-    if not directory.is_dir():
+    try:
+        is_directory = directory.is_dir()
+    except OSError as exc:  # e.g. a name too long
+        check.issues.append(Issue(directory, f"cannot read: {exc.strerror or exc}"))
+        return check
+    if not is_directory:
         check.issues.append(Issue(directory, "not a directory"))
         return check
     features, feature_issues = _load_features(directory)
@@ -270,7 +275,11 @@ def load_features(directory: Path | None = None) -> dict[str, str]:
 def _load_features(directory: Path) -> tuple[dict[str, str], list[Issue]]:
     """Read `features.txt` from `directory`, falling back to the shipped registry."""
     path = directory / FEATURES_FILE
-    if not path.is_file():
+    try:
+        own = path.is_file()
+    except OSError:  # a directory that cannot be read: check_suite says so
+        own = False
+    if not own:
         path = DEFAULT_CASES_DIR / FEATURES_FILE
     features: dict[str, str] = {}
     issues: list[Issue] = []

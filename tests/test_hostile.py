@@ -611,3 +611,11 @@ def test_arbitrary_bytes_in_any_input_file_end_in_exit_0_1_or_2(tmp_path_factory
             else:
                 os.environ[name] = value
     assert code in (0, 1, 2)
+
+
+def test_a_path_the_system_refuses_to_look_up_is_an_exit_2_naming_it(tmp_path) -> None:
+    too_long = tmp_path / ("x" * 300)  # stat fails with "File name too long", not "No such file"
+    for args in (("cases", "check", too_long), ("audit", "--local", too_long),
+                 ("run", "--base-url", NO_SERVER.base_url, "--model", "m", "--profile", "hf", "--cases", too_long,
+                  "--out", tmp_path / "out")):
+        assert_clean_error(conformance(*args), str(too_long))

@@ -68,6 +68,13 @@ class UsageError(Exception):
     pass
 
 
+def _is_directory(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # e.g. a name too long: not a directory we can audit
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -78,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         entries = _entries(args)
-        missing = [str(directory) for directory in args.local if not directory.is_dir()]
+        missing = [str(directory) for directory in args.local if not _is_directory(directory)]
         if missing:
             raise UsageError(f"--local: not a directory: {', '.join(missing)}")
         if args.workers < 1:
