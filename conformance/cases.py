@@ -21,7 +21,9 @@ from typing import Any, Literal
 import yaml
 
 from conformance import safe_yaml
+from conformance.contract import reference_problem
 from conformance.server import PROFILES
+from conformance.shipped import CASES_DIR
 
 Mode = Literal["non-stream", "stream"]
 Endpoint = Literal["chat", "responses", "preflight"]
@@ -29,7 +31,8 @@ Severity = Literal["error", "warning"]
 
 MODES: tuple[Mode, ...] = ("non-stream", "stream")
 PREFLIGHT_MODES: tuple[Mode, ...] = ("non-stream",)  # a preflight is one plain request
-DEFAULT_CASES_DIR = Path(__file__).resolve().parent.parent / "cases"
+DEFAULT_CASES_DIR = CASES_DIR  # the shipped suite (conformance/shipped.py says where it is)
+SHIPPED_MISSING = "the shipped cases are missing from this installation; reinstall the package or give a case directory"
 FEATURES_FILE = "features.txt"
 TOOLS_FILE = "tools.yaml"  # named tools that every case file of the directory may use
 SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "case.schema.json"
@@ -89,7 +92,8 @@ class ExpectedPreflight:
 @dataclass(frozen=True)
 class Expectation:
     """What one profile must return: either `error`, or `message` + `finish_reason`, or (endpoint
-    `preflight`) `preflight`.
+    `preflight`) `preflight`; or `skip`, a known reason why the profile cannot run the case (the
+    case is then not sent, and its skip does not count against the run's verdict).
 
     `stream_overrides` names the fields (of reasoning, content, tool_calls, finish_reason) where the
     reassembled stream knowingly differs from the non-streaming response; `stream_message` and
@@ -105,10 +109,11 @@ class Expectation:
     stream_message: ExpectedMessage | None = None
     stream_finish_reason: str | None = None
     preflight: ExpectedPreflight | None = None
+    skip: str | None = None
 
     def for_mode(self, mode: Mode) -> Expectation:
         """The expectation in `mode`, with the stream overrides applied for "stream"."""
-        if mode == "non-stream" or self.error is not None:
+        if mode == "non-stream" or self.error is not None or self.skip is not None:
             return self
         return replace(self, message=self.stream_message, finish_reason=self.stream_finish_reason)
 
@@ -217,6 +222,7 @@ def load_suite(directory: Path | None = None) -> list[Case]:
 
 def check_suite(directory: Path | None = None) -> SuiteCheck:
     """Validate every `*.yaml`/`*.yml` file in `directory` and collect all issues (never raises on bad input)."""
+    shipped = directory is None
     directory = Path(directory) if directory is not None else DEFAULT_CASES_DIR
     check = SuiteCheck(directory)
     try:
@@ -225,15 +231,18 @@ def check_suite(directory: Path | None = None) -> SuiteCheck:
         check.issues.append(Issue(directory, f"cannot read: {exc.strerror or exc}"))
         return check
     if not is_directory:
-        check.issues.append(Issue(directory, "not a directory"))
+        check.issues.append(Issue(directory, SHIPPED_MISSING if shipped else "not a directory"))
+        return check
+    try:
+        names = sorted(directory.iterdir())
+    except OSError as exc:
+        check.issues.append(Issue(directory, f"cannot list the directory: {exc.strerror or exc}"))
         return check
     features, feature_issues = _load_features(directory)
     check.issues.extend(feature_issues)
     shared_tools, tool_issues = _load_shared_tools(directory)
     check.issues.extend(tool_issues)
-    files = check.files = sorted(
-        p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file() and p.name != TOOLS_FILE
-    )
+    files = check.files = [p for p in names if p.suffix in (".yaml", ".yml") and p.is_file() and p.name != TOOLS_FILE]
     if not files:
         check.issues.append(Issue(directory, "no case files (*.yaml) in this directory"))
     seen_ids: dict[str, Issue] = {}
@@ -261,6 +270,8 @@ def check_suite(directory: Path | None = None) -> SuiteCheck:
 
 def load_features(directory: Path | None = None) -> dict[str, str]:
     """The feature registry used for `directory`: tag -> description."""
+    if directory is None and not DEFAULT_CASES_DIR.is_dir():
+        raise CaseFileError([Issue(DEFAULT_CASES_DIR, SHIPPED_MISSING)])
     features, issues = _load_features(Path(directory) if directory is not None else DEFAULT_CASES_DIR)
     errors = [issue for issue in issues if issue.severity == "error"]
     if errors:
@@ -276,8 +287,8 @@ def _load_features(directory: Path) -> tuple[dict[str, str], list[Issue]]:
     """Read `features.txt` from `directory`, falling back to the shipped registry."""
     path = directory / FEATURES_FILE
     try:
-        own = path.is_file()
-    except OSError:  # a directory that cannot be read: check_suite says so
+        own = path.exists()
+    except OSError:  # a directory that cannot be looked up: check_suite says so
         own = False
     if not own:
         path = DEFAULT_CASES_DIR / FEATURES_FILE
@@ -286,7 +297,8 @@ def _load_features(directory: Path) -> tuple[dict[str, str], list[Issue]]:
     try:
         text = safe_yaml.read_text(path)
     except safe_yaml.UnreadableFile as exc:
-        return features, [Issue(path, str(exc))]
+        reason = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+        return features, [Issue(path, f"cannot read the feature registry: {reason}")]
     for number, raw_line in enumerate(text.splitlines(), start=1):
         line = raw_line.strip()
         if not line or line.startswith("#"):
@@ -418,6 +430,9 @@ def _semantic_issues(
     for position, tag in enumerate(_list(raw.get("features"))):
         if isinstance(tag, str) and tag not in features:
             yield locator.issue([*at, "features", position], f"unknown feature {tag!r} (not in {FEATURES_FILE})")
+    for position, reference in enumerate(_list(raw.get("references"))):
+        if isinstance(reference, str) and (problem := reference_problem(reference)):
+            yield locator.issue([*at, "references", position], problem)
     description, case_id = raw.get("description"), raw.get("id")
     if isinstance(description, str):
         words = description.split()
@@ -510,6 +525,8 @@ def _build_expectation(raw: Mapping[str, Any]) -> Expectation:
         return Expectation(preflight=ExpectedPreflight(**raw["preflight"]))
     if "error" in raw:
         return Expectation(error=ExpectedError(**raw["error"]))
+    if "skip" in raw:
+        return Expectation(skip=" ".join(raw["skip"].split()))
     message = _build_message(raw["message"])
     overrides = raw.get("stream", {})
     return Expectation(
@@ -618,7 +635,8 @@ def _schema_problems(data: Any, validator: Any) -> Iterator[tuple[list[str | int
 
 
 # keys that some subschema forbids with `false` (see _schema_problems)
-_FORBIDDEN_KEYS = ("model", "stream", "message", "finish_reason", "tool_call_streaming", "force", "natural", "modes")
+_FORBIDDEN_KEYS = ("model", "stream", "message", "finish_reason", "tool_call_streaming", "force", "natural", "modes",
+                   "error")
 
 
 def _at_path(data: Any, path: list[str | int]) -> Any:

@@ -20,16 +20,29 @@ import functools
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from conformance.cases import MESSAGE_FIELDS, format_path
 from conformance.fixture import MARKER_TOKENS
 from conformance.forcing import VERIFIED_ENDPOINTS
+from conformance.server import PROFILES
 from conformance.transcript import Transcript
 
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
 CONTRACT, EXPECTATION, SCHEMA, FINDING = "contract", "expectation", "schema", "finding"
 BLOCKING_KINDS = (CONTRACT, EXPECTATION)
+# Why a result was not judged; only reasons about the server's capabilities or the run's own choices
+# (an HTTP error about the setup is an `error`, never a skip). See cases/README.md, "Verdict".
+SkipKind = Literal[
+    "declared",  # the case's expectation for the profile declares a known skip
+    "cannot_force",  # the server cannot force outputs (the forcing probe said why)
+    "forcing_off",  # `--forcing off`
+    "unforceable_output",  # this case's output cannot be written as a forcing regex
+    "no_responses_api",  # the server has no Responses API (404/405 on /responses, not about the model)
+    "no_expectation",  # the case has no expectation for this profile
+    "model_miss",  # natural mode: the model did not call the tool the prompt asks for
+]
+SKIP_KINDS: tuple[str, ...] = get_args(SkipKind)
 
 # Qwen3/Hermes delimiters: the markers checked when the served checkpoint's template is unknown.
 DEFAULT_MARKERS = MARKER_TOKENS
@@ -46,6 +59,7 @@ class Check:
     reason: str = ""
     expected: Any = None
     actual: Any = None
+    skip_kind: SkipKind | None = None  # set on the skip that makes the whole result a skip
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
@@ -419,14 +433,23 @@ def _stream_override_keys(case: Any, profile: str) -> set[str]:
 # --- the checks ---------------------------------------------------------------------------------
 
 
-def check_transport(transcript: Transcript, reading: StreamReading | None) -> Check:
-    """Did a judgeable response arrive? Anything else is an infrastructure `error`, never a pass."""
+# Refusals a server gives after reading the request: a contract matter (an unpredicted one fails).
+# Any other 4xx is about the setup (auth, unknown model or path, rate limit, proxy): an `error`.
+CONTRACT_REFUSAL_STATUSES = frozenset({400, 422})
+NO_ROUTE_STATUSES = frozenset({404, 405})
+
+
+def check_transport(transcript: Transcript, reading: StreamReading | None, expected_status: int | None = None) -> Check:
+    """Did a judgeable response arrive? Anything else is an infrastructure `error`, never a pass:
+    no answer, 5xx, and a 4xx that is neither a contract refusal (400, 422) nor `expected_status`
+    (the status the case's expectation names)."""
     if transcript.transport_error:
         return Check("transport", ERROR, reason=transcript.transport_error)
     if transcript.status is None:
         return Check("transport", ERROR, reason="no HTTP response recorded")
-    if transcript.status >= 500:
-        return Check("transport", ERROR, reason=f"HTTP {transcript.status}: {_error_text(transcript.error_body)}")
+    status = transcript.status
+    if status >= 500 or (status >= 400 and status != expected_status and status not in CONTRACT_REFUSAL_STATUSES):
+        return Check("transport", ERROR, reason=f"HTTP {status}: {_error_text(transcript.error_body)}")
     if reading is not None:
         if reading.invalid_lines:
             return Check("transport", ERROR, reason="invalid SSE: " + "; ".join(reading.invalid_lines[:3]))
@@ -442,6 +465,8 @@ def check_transport(transcript: Transcript, reading: StreamReading | None) -> Ch
 def _error_object(body: Any) -> Mapping[str, Any]:
     if isinstance(body, Mapping):
         inner = body.get("error")
+        if isinstance(inner, str):  # vLLM's 401: {"error": "Unauthorized"}
+            return {"message": inner}
         return inner if isinstance(inner, Mapping) else body
     return {"message": body}
 
@@ -770,7 +795,7 @@ def check_natural(message: Message, expect_tool: str | None) -> Check:
     if expect_tool in names:
         return Check("natural", PASS, EXPECTATION, expected=expect_tool, actual=names)
     return Check("natural", SKIP, EXPECTATION, reason=f"model miss: no call to {expect_tool}", expected=expect_tool,
-                 actual=names)
+                 actual=names, skip_kind="model_miss")
 
 
 # --- putting it together -------------------------------------------------------------------------
@@ -786,17 +811,23 @@ def judge(
     """Every check that applies to one transcript. `companion` is the non-streaming transcript of the
     same case/profile/repeat, used to judge a stream against it."""
     if transcript.skip_reason:
-        return [Check("request", SKIP, reason=transcript.skip_reason)]
+        return [Check("request", SKIP, reason=transcript.skip_reason,
+                      skip_kind=transcript.skip_kind or "cannot_force")]  # recordings before skip kinds
+    expectation = case.expect.get(transcript.profile)
+    if expectation is not None and expectation.skip is not None:
+        return [Check("expectation", SKIP, EXPECTATION, reason=f"declared: {expectation.skip}", skip_kind="declared")]
     if transcript.endpoint == "preflight":
         return judge_preflight(case, transcript)
+    if _no_responses_api(transcript):
+        return [Check("responses_api", SKIP, reason=f"the server has no Responses API: HTTP {transcript.status}: "
+                      f"{_error_text(transcript.error_body)}", skip_kind="no_responses_api")]
     streaming = transcript.mode == "stream"
     reading = read_stream(transcript) if streaming else None
-    transport = check_transport(transcript, reading)
+    expected_error = expectation.error if expectation is not None else None
+    transport = check_transport(transcript, reading, expected_error.status if expected_error else None)
     if transport.outcome == ERROR:
         return [transport]
     checks = [transport]
-    expectation = case.expect.get(transcript.profile)
-    expected_error = expectation.error if expectation is not None else None
     refused = transcript.status is not None and transcript.status >= 400
 
     natural = transcript.natural
@@ -807,7 +838,7 @@ def judge(
     if refused:
         reason = f"refused with HTTP {transcript.status}: {_error_text(transcript.error_body)}"
         if not natural and expectation is None:
-            checks.append(Check("expectation", SKIP, EXPECTATION,
+            checks.append(Check("expectation", SKIP, EXPECTATION, skip_kind="no_expectation",
                                 reason=f"no expectation for profile {transcript.profile}; {reason}"))
         elif expected_error is None:
             checks.append(Check("http_status", FAIL, reason=reason, expected="2xx", actual=transcript.status))
@@ -828,6 +859,11 @@ def judge(
     checks.append(check_marker_leaks(message, expected, markers))
     checks.append(check_arguments_schema(message, case.tool_parameters()))
     checks.append(finding_reasoning_field(message))
+    if transcript.endpoint == "chat":
+        from conformance.client_keys import client_key_checks  # it builds on this module
+
+        profile = PROFILES.get(transcript.profile)
+        checks += client_key_checks(transcript, message, reading, profile.reasoning_field if profile else None)
     if transcript.forced and transcript.endpoint in VERIFIED_ENDPOINTS:
         checks.append(finding_forced_output(transcript))
     if reading is not None:
@@ -840,13 +876,21 @@ def judge(
         checks.append(check_natural(message, case.natural.expect_tool if case.natural else None))
     elif expectation is None:
         reason = f"no expectation for profile {transcript.profile}"
-        checks.append(Check("expectation", SKIP, EXPECTATION, reason=reason))
+        checks.append(Check("expectation", SKIP, EXPECTATION, reason=reason, skip_kind="no_expectation"))
     elif expected_error is None and expected is not None:
         checks.append(check_expected_message(message, expected))
         wanted_streaming = expectation.tool_call_streaming
         if reading is not None and wanted_streaming:
             checks.append(check_expected_streaming(reading, wanted_streaming))
     return checks
+
+
+def _no_responses_api(transcript: Transcript) -> bool:
+    """A 404/405 from /responses that is not about the model: the server has no such route."""
+    if transcript.endpoint != "responses" or transcript.status not in NO_ROUTE_STATUSES:
+        return False
+    error = _error_object(transcript.error_body)
+    return error.get("param") != "model" and "model" not in str(error.get("message") or error.get("detail") or "").lower()
 
 
 def judge_preflight(case: Any, transcript: Transcript) -> list[Check]:
@@ -857,8 +901,8 @@ def judge_preflight(case: Any, transcript: Transcript) -> list[Check]:
     checks = [Check("transport", PASS)]
     expectation = case.expect.get(transcript.profile)
     if expectation is None or expectation.preflight is None:
-        return [*checks, Check("expectation", SKIP, EXPECTATION, reason=f"no expectation for profile "
-                                                                           f"{transcript.profile}")]
+        return [*checks, Check("expectation", SKIP, EXPECTATION, skip_kind="no_expectation",
+                               reason=f"no expectation for profile {transcript.profile}")]
     want = expectation.preflight
     headers, body = transcript.response.get("headers") or {}, str(transcript.response.get("body") or "")
     expected = {"status": want.status, "headers": dict(want.headers), "body": want.body}

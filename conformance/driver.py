@@ -17,11 +17,13 @@ import asyncio
 import json
 import re
 import time
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from conformance.checks import SkipKind
 from conformance.transcript import ServerStamp, SseLine, Transcript
 
 DEFAULT_TIMEOUT = 120.0  # seconds per request
@@ -37,10 +39,12 @@ class Target:
     base_url: str  # ends in /v1
     model: str
     profile: str
-    api_key: str = "EMPTY"
+    api_key: str = field(default="EMPTY", repr=False)  # never shown, not even in a traceback's locals
     timeout: float = DEFAULT_TIMEOUT  # seconds per request, whole stream included
     can_force: bool | None = None  # None: ask the server with one probe request at the start of a run
     cannot_force_reason: str | None = None  # why forced cases are skipped when can_force is False
+    cannot_force_kind: SkipKind = "cannot_force"  # the skip kind of those cases (forcing_off: the user's choice)
+    forcing_error: str | None = None  # the probe could not tell (HTTP 401, timeout...): forced cases are errors
     version: str | None = None
     args: tuple[str, ...] = ()
     checkpoint_revision: str | None = None
@@ -51,8 +55,37 @@ class Target:
         """The server address without the `/v1` API prefix (where vLLM's /tokenize lives)."""
         return self.base_url.rstrip("/").removesuffix("/v1")
 
+    @property
+    def shown_url(self) -> str:
+        """`base_url` fit to print or record: credentials in it replaced by `***`."""
+        return redact_url(self.base_url)
+
+    def redact(self, value: Any) -> Any:
+        """`value` (a string, or JSON made of dicts, lists and strings) with the API key and any password
+        of `base_url` replaced by `***`: for error texts, which a server may echo the key into."""
+        secrets = [s for s in (self.api_key, urllib.parse.urlsplit(self.base_url).password) if s and s != "EMPTY"]
+        if not secrets or value is None:
+            return value
+        if isinstance(value, str):
+            for secret in secrets:
+                value = value.replace(secret, "***")
+            return value
+        if isinstance(value, dict):
+            return {self.redact(k): self.redact(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.redact(item) for item in value]
+        return value
+
     def stamp(self) -> ServerStamp:
-        return ServerStamp(self.base_url, self.model, self.profile, self.version, self.args, self.checkpoint_revision)
+        return ServerStamp(self.shown_url, self.model, self.profile, self.version, self.args, self.checkpoint_revision)
+
+
+def redact_url(url: str) -> str:
+    """`url` with its userinfo (`user:password@`) replaced by `***@`."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
 
 
 # openai-python's request header for "return the HTTP response unread" (what with_streaming_response sets)
@@ -67,7 +100,8 @@ FORCING_HELP = ("forced outputs: `probe` (default) sends one forced request firs
 def forcing_fields(choice: str) -> dict[str, Any]:
     """Target fields for a FORCING_CHOICES value (can_force None: the engine probes at the start of a run)."""
     if choice == "off":
-        return {"can_force": False, "cannot_force_reason": "forcing is off for this run"}
+        return {"can_force": False, "cannot_force_reason": "forcing is off for this run",
+                "cannot_force_kind": "forcing_off"}
     return {"can_force": True if choice == "trust" else None}
 
 
@@ -265,9 +299,9 @@ async def send(
                 await response.aclose()
     except openai.APIStatusError as exc:
         transcript.status = exc.status_code
-        transcript.error_body = _body_of(exc.response.content)
+        transcript.error_body = target.redact(_body_of(exc.response.content))
     except Exception as exc:  # recorded, judged as `error`; the run goes on
-        transcript.transport_error = _describe(exc, target.timeout)
+        transcript.transport_error = target.redact(_describe(exc, target.timeout))
     transcript.duration = round(time.monotonic() - start, 6)
     return transcript
 
@@ -287,4 +321,4 @@ async def _send_preflight(http: Any, target: Target, transcript: Transcript) -> 
         transcript.response = {"headers": {name.lower(): value for name, value in reply.headers.items()},
                                "body": reply.text}
     except httpx2.HTTPError as exc:
-        transcript.transport_error = _describe(exc, target.timeout)
+        transcript.transport_error = target.redact(_describe(exc, target.timeout))

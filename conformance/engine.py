@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from conformance.cases import MODES
-from conformance.checks import DEFAULT_MARKERS, Check, judge, shape_failure, shape_problems, template_markers
+from conformance.checks import (
+    DEFAULT_MARKERS,
+    Check,
+    SkipKind,
+    judge,
+    shape_failure,
+    shape_problems,
+    template_markers,
+)
 from conformance.driver import (
     DEFAULT_CONCURRENCY,
     Target,
@@ -27,6 +35,7 @@ from conformance.driver import (
     send,
 )
 from conformance.forcing import VERIFIED_ENDPOINTS, ServerTokenizer
+from conformance.recording import make_header
 from conformance.report.stamp import make_stamp
 from conformance.results import (
     RESULTS_FILE,
@@ -78,6 +87,20 @@ def markers_for_checkpoint(checkpoint: Path | None) -> tuple[str, ...]:
     return template_markers(config.get("response_template"))
 
 
+def known_profiles(cases: Iterable[Any]) -> set[str]:
+    """Profiles a run can judge: the profile records (conformance.server) and every case expectation's."""
+    from conformance.server import PROFILES
+
+    return set(PROFILES) | {profile for case in cases for profile in case.expect}
+
+
+def implied_skip_kinds(target: Target, natural: bool) -> set[str]:
+    """Skip kinds the run's own choices allow: `--forcing off` skips the forced cases, natural mode
+    counts model misses apart."""
+    return {kind for kind, chosen in (("forcing_off", target.cannot_force_kind == "forcing_off"),
+                                      ("model_miss", natural)) if chosen}
+
+
 def select_cases(cases: Iterable[Any], ids: Sequence[str] = (), features: Sequence[str] = ()) -> list[Any]:
     """Cases whose id is in `ids` (if given) and that carry one of `features` (if given)."""
     cases = list(cases)
@@ -91,8 +114,10 @@ def select_cases(cases: Iterable[Any], ids: Sequence[str] = (), features: Sequen
     ]
 
 
-def judge_group(case: Any, by_mode: dict[str, Transcript], markers: Sequence[str]) -> list[CaseResult]:
-    """Results for one (case, profile, repeat): each mode judged, the stream against the non-stream."""
+def judge_group(case: Any, by_mode: dict[str, Transcript], markers: Sequence[str],
+                allowed_skips: Collection[str] = ()) -> list[CaseResult]:
+    """Results for one (case, profile, repeat): each mode judged, the stream against the non-stream;
+    a skip of a kind in `allowed_skips` (or declared by the case) is allowed."""
     results = []
     for mode, transcript in sorted(by_mode.items(), key=lambda item: MODES.index(item[0])):
         companion = by_mode.get("non-stream") if mode == "stream" else None
@@ -100,7 +125,7 @@ def judge_group(case: Any, by_mode: dict[str, Transcript], markers: Sequence[str
             checks = judge(case, transcript, companion=companion, markers=markers)
         except Exception as exc:  # must not stop the run: a malformed answer fails, a bug of ours is an error
             checks = [_unreadable(transcript, companion, exc)]
-        results.append(make_result(case, transcript, checks))
+        results.append(make_result(case, transcript, checks, allowed_skips))
     return results
 
 
@@ -115,35 +140,66 @@ def _unreadable(transcript: Transcript, companion: Transcript | None, exc: Excep
     return Check("judge", "error", reason=f"internal error while judging: {type(exc).__name__}: {exc}")
 
 
-def _forcing_for(case: Any, target: Target, natural: bool) -> tuple[dict[str, Any] | None, str | None]:
-    """(extra body fields that force the case's output, or None; skip reason, or None)."""
+@dataclass(frozen=True)
+class NotSent:
+    """Why a request is not sent: a skip of `kind`, or (kind None) an error."""
+
+    kind: SkipKind | None
+    reason: str
+
+
+def _forcing_for(case: Any, target: Target, natural: bool) -> tuple[dict[str, Any] | None, NotSent | None]:
+    """(extra body fields that force the case's output, or None; why it is not sent, or None)."""
+    expectation = case.expect.get(target.profile)
+    if expectation is not None and expectation.skip is not None:
+        return None, NotSent("declared", f"declared: {expectation.skip}")
     if natural or case.force is None:  # natural mode, or an unforced case (cases/README.md)
         return None, None
     if target.can_force is False:
-        return None, f"server {target.base_url} cannot force outputs: {target.cannot_force_reason or 'as told'}"
+        reason = f"server {target.shown_url} cannot force outputs: {target.cannot_force_reason or 'as told'}"
+        return None, NotSent(target.cannot_force_kind, reason)
     from conformance.forcing import ForcingUnsupported, forcing_extra_body
 
     try:
-        return forcing_extra_body(case.force), None
+        forcing = forcing_extra_body(case.force)
     except (ForcingUnsupported, ValueError) as exc:
-        return None, f"cannot force this output: {exc}"
+        return None, NotSent("unforceable_output", f"cannot force this output: {exc}")
+    return forcing, NotSent(None, target.forcing_error) if target.forcing_error else None
 
 
 async def resolve_forcing(target: Target, cases: Sequence[Any], natural: bool) -> Target:
     """Settle `target.can_force` once per run: when unknown (None) and some case is forced, one small
-    forced request tells whether the server honours forced outputs with canonical tokens."""
+    forced request tells whether the server honours forced outputs with canonical tokens. A probe
+    that cannot tell (an HTTP error about the setup, no answer, an answer that is not JSON) sets
+    `forcing_error`: the forced cases are then errors, never skips nor assumed to be forced."""
     if target.can_force is not None or natural or all(case.force is None for case in cases):
         return target
-    from conformance.forcing import ForcingUnsupported, in_daemon_thread, probe_forcing
+    from conformance.forcing import ForcingUnsupported, ServerRefused, in_daemon_thread, probe_forcing
 
     try:  # the probe and its verification, within --timeout
         await in_daemon_thread(target.timeout, probe_forcing, target.root_url, target.model, target.timeout,
                                target.api_key)
     except ForcingUnsupported as exc:
-        return replace(target, can_force=False, cannot_force_reason=str(exc))
-    except (OSError, ValueError, LookupError, TypeError, AttributeError):
-        pass  # unreachable, or answers that are not JSON / not a completion: every request records its own error
+        return replace(target, can_force=False, cannot_force_reason=target.redact(str(exc)))
+    except (ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError) as exc:
+        return replace(target, forcing_error="not sent: the forcing probe cannot tell whether the server forces "
+                       f"outputs: {target.redact(_probe_failure(exc, target.timeout))}")
     return replace(target, can_force=True)
+
+
+def _probe_failure(exc: BaseException, timeout: float) -> str:
+    """What went wrong with the forcing probe, in the words of the server where it answered."""
+    import urllib.error
+
+    from conformance.forcing import ServerRefused
+
+    if isinstance(exc, (ServerRefused, ValueError)):
+        return str(exc)
+    if isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError):
+        return f"timeout: no answer within {timeout:g}s"
+    if isinstance(exc, urllib.error.URLError):
+        return f"connection failed: {exc.reason}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript, markers: Sequence[str]) -> list[str] | None:
@@ -154,6 +210,7 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript
     from conformance.checks import read_stream, response_message
     from conformance.forcing import (
         ForcingUnsupported,
+        ServerRefused,
         token_ids_of,
         token_ids_of_stream,
         verify_forced_output,
@@ -171,7 +228,7 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript
         truncated = (message is not None and message.finish_reason == "length") or bool(
             limit and token_ids and len(token_ids) >= limit)
         return verify_forced_output(tokenizer, case.force, token_ids, markers, truncated=truncated)
-    except (ForcingUnsupported, OSError, ValueError, LookupError, TypeError, AttributeError):
+    except (ForcingUnsupported, ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError):
         return None
 
 
@@ -185,9 +242,15 @@ async def _verify_within(timeout: float, *args: Any) -> list[str] | None:
         return None
 
 
-def _skipped(case: Any, target: Target, mode: str, repeat: int, reason: str) -> Transcript:
-    return Transcript(case.id, mode, target.profile, case.endpoint, target.stamp(), {}, repeat=repeat,
-                      skip_reason=reason)
+def _not_sent(case: Any, target: Target, mode: str, repeat: int, why: NotSent,
+              forcing: dict[str, Any] | None) -> Transcript:
+    """The transcript of a request not sent: a skip, or an error recorded with the request it stands for."""
+    if why.kind is not None:
+        return Transcript(case.id, mode, target.profile, case.endpoint, target.stamp(), {}, repeat=repeat,
+                          skip_reason=why.reason, skip_kind=why.kind)
+    return Transcript(case.id, mode, target.profile, case.endpoint, target.stamp(),
+                      request_body(case, mode, target.model, forcing), forced=forcing is not None, repeat=repeat,
+                      transport_error=why.reason)
 
 
 class _Progress:
@@ -234,8 +297,10 @@ async def run_async(
     natural: bool = False,
     markers: Sequence[str] = DEFAULT_MARKERS,
     progress: bool = False,
+    allowed_skips: Collection[str] = (),
 ) -> RunOutput:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    allowed_skips = frozenset(allowed_skips) | implied_skip_kinds(target, natural)
     async with make_clients(target) as clients:
         if target.version is None:
             target = replace(target, version=await fetch_server_version(clients, target))
@@ -243,6 +308,9 @@ async def run_async(
         writers = None
         if out_dir is not None:
             writers = (JsonLinesWriter(out_dir / TRANSCRIPTS_FILE), JsonLinesWriter(out_dir / RESULTS_FILE))
+            for writer, file in zip(writers, ("transcripts", "results")):
+                writer.write(make_header(file, cases=cases, markers=markers, server=asdict(target.stamp()),
+                                         created_at=started))
         semaphore = asyncio.Semaphore(max(1, concurrency))
         results: list[CaseResult] = []
         transcripts: list[Transcript] = []
@@ -250,9 +318,9 @@ async def run_async(
         tokenizer = ServerTokenizer(target.root_url, target.model, target.api_key, target.timeout)
 
         async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
-            forcing, skip = _forcing_for(case, target, natural)
-            if skip:
-                transcript = _skipped(case, target, mode, repeat_index, skip)
+            forcing, not_sent = _forcing_for(case, target, natural)
+            if not_sent:
+                transcript = _not_sent(case, target, mode, repeat_index, not_sent, forcing)
             else:
                 async with semaphore:
                     transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
@@ -268,7 +336,7 @@ async def run_async(
         async def one_case(case: Any, repeat_index: int) -> None:
             modes = case_modes(case)
             recorded = await asyncio.gather(*(one_request(case, mode, repeat_index) for mode in modes))
-            for result in judge_group(case, dict(zip(modes, recorded)), markers):
+            for result in judge_group(case, dict(zip(modes, recorded)), markers, allowed_skips):
                 results.append(result)
                 if writers:
                     writers[1].write(result.to_dict())
@@ -299,11 +367,14 @@ def recheck(
     cases: Sequence[Any],
     *,
     markers: Sequence[str] = DEFAULT_MARKERS,
+    allowed_skips: Collection[str] = (),
 ) -> list[CaseResult]:
     """Judge recorded transcripts again with the given case definitions; no server involved.
     A transcript whose case is no longer defined, or whose recorded request is not what the case
     asks for today (its request or forced output changed since), gets an `error` result saying so."""
     by_id = {case.id: case for case in cases}
+    # the recorded run's own choices: `forcing_off` skips exist only under --forcing off
+    allowed_skips = {*allowed_skips, "forcing_off", *(["model_miss"] if any(t.natural for t in transcripts) else [])}
     results: list[CaseResult] = []
     for (case_id, profile, repeat), by_mode in group_by_key(transcripts).items():
         case = by_id.get(case_id)
@@ -314,7 +385,7 @@ def recheck(
                 results.append(CaseResult(case_id, mode, profile, "error", reason, repeat, checks=[check]))
         current = {mode: t for mode, t in by_mode.items() if not stale[mode]}
         if current:
-            results.extend(judge_group(case, current, markers))
+            results.extend(judge_group(case, current, markers, allowed_skips))
     return results
 
 
@@ -355,7 +426,7 @@ def write_reports(out_dir: Path, results: Sequence[CaseResult], stamp: dict[str,
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {kind: out_dir / name for kind, name in REPORT_FILES.items()}
     paths["markdown"].write_text(markdown.render(results, stamp), "utf-8")
-    paths["junit"].write_text(junit.render(results, stamp), "utf-8")
+    paths["junit"].write_text(junit.render(results, stamp, transcripts), "utf-8")
     paths["html"].write_text(html.render(results, stamp, transcripts), "utf-8")
     paths["run"] = out_dir / RUN_FILE
     write_run_summary(paths["run"], stamp, summarize(results))

@@ -14,18 +14,23 @@ occurring in the text (`<think>`, `</tool_call>`, ...) is a single token and was
 token each time. It returns the list of problems (empty: canonical) so callers can record them. `token_ids_of(response)`
 and `token_ids_of_stream(chunks)` collect the ids from a response / from stream chunks (JSON dicts).
 
-`ForcingUnsupported` says why a server cannot force (no `token_ids` returned, request refused,
-text not honoured): the case is then skipped with that reason, never passed.
-`probe_forcing(root_url, model)` sends one small forced request to find that out up front.
+`ForcingUnsupported` says why a server cannot force (no `token_ids` returned, the forced request
+refused with 400/422, text not honoured): the case is then skipped with that reason, never passed.
+`probe_forcing(root_url, model)` sends one small forced request to find that out up front. An HTTP
+error that says nothing about forcing (401/403, 404 unknown model or path, 429, 5xx...) raises
+`ServerRefused` with the server's own status and message, and an answer that is not JSON raises
+`ValueError`: the probe cannot tell, which the engine reports as an `error`, never as a skip.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -41,6 +46,30 @@ _REGEX_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\f": "\\f", "\v": "\\v
 
 class ForcingUnsupported(Exception):
     """The server cannot be made to emit an exact raw output (the message says why)."""
+
+
+class ServerRefused(Exception):
+    """An HTTP error answer that is about the setup, not about forcing (auth, unknown model or path,
+    rate limit, server error): the message is the server's own status and text."""
+
+
+# Statuses of a server that read the forced request and refused it: it cannot force (cases/README.md).
+REFUSED_FORCING_STATUSES = frozenset({400, 422})
+
+
+def http_error_text(error: urllib.error.HTTPError) -> str:
+    """`HTTP <status>: <the server's message>` (the `error.message` or `detail` of a JSON body, else the text)."""
+    raw = error.read().decode("utf-8", errors="replace")
+    try:
+        body = json.loads(raw)
+    except json.JSONDecodeError:
+        body = None
+    inner = body.get("error") if isinstance(body, dict) else None
+    if isinstance(inner, str):  # vLLM's 401: {"error": "Unauthorized"}
+        inner = {"message": inner}
+    inner = inner if isinstance(inner, dict) else body if isinstance(body, dict) else {}
+    message = inner.get("message") or inner.get("detail") or raw or error.reason
+    return f"HTTP {error.code}: {str(message)[:500]}"
 
 
 def exact_regex(raw_text: str) -> str:
@@ -122,7 +151,7 @@ class ServerTokenizer:
         except urllib.error.HTTPError as error:
             if error.code in (404, 405):
                 raise ForcingUnsupported(f"the server has no {path[1:]} endpoint to verify tokens") from error
-            raise
+            raise ServerRefused(f"{path}: {http_error_text(error)}") from error
 
 
 def verify_forced_output(
@@ -164,7 +193,8 @@ def verify_forced_output(
 
 
 def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str | None = None) -> None:
-    """Send one small forced request; raise ForcingUnsupported with the reason if it fails."""
+    """Send one small forced request; raise ForcingUnsupported with the reason if the server cannot
+    force, ServerRefused (an HTTP error about the setup) or OSError/ValueError if it cannot tell."""
     body = {
         "model": model,
         "messages": [{"role": "user", "content": "Say ok."}],
@@ -175,8 +205,9 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str 
     try:
         response = _post_json(root_url + "/v1/chat/completions", body, timeout, api_key)
     except urllib.error.HTTPError as error:
-        detail = error.read().decode("utf-8", errors="replace")[:500]
-        raise ForcingUnsupported(f"the server refused a forced request: HTTP {error.code} {detail}") from error
+        if error.code in REFUSED_FORCING_STATUSES:
+            raise ForcingUnsupported(f"the server refused a forced request: {http_error_text(error)}") from error
+        raise ServerRefused(http_error_text(error)) from error
     problems = verify_forced_output(ServerTokenizer(root_url, model, api_key, timeout), PROBE_TEXT,
                                     token_ids_of(response))
     if problems:
@@ -196,6 +227,11 @@ def _post_json(url: str, body: dict, timeout: float, api_key: str | None) -> dic
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
+    parts = urllib.parse.urlsplit(url)
+    if "@" in parts.netloc:  # credentials in the URL: basic auth, as the openai client's httpx sends them
+        userinfo, _, host = parts.netloc.rpartition("@")
+        headers["Authorization"] = "Basic " + base64.b64encode(urllib.parse.unquote(userinfo).encode()).decode()
+        url = urllib.parse.urlunsplit(parts._replace(netloc=host))
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
     pieces, size = [], 0
     with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -203,10 +239,14 @@ def _post_json(url: str, body: dict, timeout: float, api_key: str | None) -> dic
             pieces.append(piece)
             size += len(piece)
             if size > MAX_SIDE_ANSWER_BYTES:
-                raise ValueError(f"{url}: answer longer than {MAX_SIDE_ANSWER_BYTES} bytes")
+                raise ValueError(f"the answer to {parts.path} is longer than {MAX_SIDE_ANSWER_BYTES} bytes")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{url}: no complete answer within {timeout:g}s")
-    return json.loads(b"".join(pieces))
+                raise TimeoutError(f"the answer to {parts.path} did not arrive within {timeout:g}s")
+    raw = b"".join(pieces)
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"the answer to {parts.path} is not JSON: {raw[:200].decode('utf-8', 'replace')!r}") from exc
 
 
 Result = TypeVar("Result")

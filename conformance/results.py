@@ -3,22 +3,27 @@
 * pass: every contract and expectation check passed (schema and finding checks are reported, never
   blocking);
 * fail: a contract or expectation check failed (check name, expected, actual in `checks`);
-* skip: the case could not be judged for a stated reason (no forcing, a model miss in natural mode,
-  a refusal with no expectation);
-* error: the tool could not judge (connection refused, 5xx, timeout, invalid SSE). Never a pass.
+* skip: the case could not be judged for a reason about the server's capabilities or the run's
+  choices, a named `skip_kind` (`conformance.checks.SkipKind`); `skip_allowed` when the case declares
+  it or the user allowed the kind;
+* error: the tool could not judge (connection refused, 5xx, an HTTP error about the setup such as
+  401/404/429, timeout, invalid SSE). Never a pass.
+
+The run's verdict (`Summary.exit_outcome`, `Summary.verdict_reason`) is `pass` only when every
+result was judged and passed or skipped for an allowed kind, and something was judged at all.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from conformance import exit_codes
-from conformance.checks import BLOCKING_KINDS, ERROR, EXPECTATION, FAIL, FINDING, PASS, SCHEMA, SKIP, Check
-from conformance.transcript import Transcript, TranscriptError, iter_json_lines
+from conformance.checks import BLOCKING_KINDS, ERROR, FAIL, FINDING, PASS, SCHEMA, SKIP, Check, SkipKind
+from conformance.transcript import Transcript, TranscriptError
 
 OUTCOMES = (PASS, FAIL, SKIP, ERROR)
 RESULTS_FILE = "results.jsonl"
@@ -35,6 +40,8 @@ class CaseResult:
     forced: bool = True
     natural: bool = False
     model_miss: bool = False
+    skip_kind: SkipKind | None = None
+    skip_allowed: bool = False  # a skip the case declares or the run allows (never counted against the verdict)
     features: tuple[str, ...] = ()
     description: str = ""
     checks: list[Check] = field(default_factory=list)
@@ -61,22 +68,24 @@ class CaseResult:
         return cls(**data)
 
 
-def outcome_of(checks: Sequence[Check]) -> tuple[str, str, bool]:
-    """(outcome, reason, model_miss) of a list of checks."""
+def outcome_of(checks: Sequence[Check]) -> tuple[str, str, SkipKind | None]:
+    """(outcome, reason, skip kind) of a list of checks."""
     errors = [c for c in checks if c.outcome == ERROR]
     if errors:
-        return ERROR, f"{errors[0].name}: {errors[0].reason}", False
+        return ERROR, f"{errors[0].name}: {errors[0].reason}", None
     failures = [c for c in checks if c.outcome == FAIL and c.kind in BLOCKING_KINDS]
     if failures:
-        return FAIL, "; ".join(f"{c.name}: {c.reason}" for c in failures), False
-    skipped = next((c for c in checks if c.outcome == SKIP and (c.kind == EXPECTATION or c.name == "request")), None)
-    if skipped is not None:  # not sent, a model miss, or nothing to compare against
-        return SKIP, skipped.reason, skipped.name == "natural"
-    return PASS, "", False
+        return FAIL, "; ".join(f"{c.name}: {c.reason}" for c in failures), None
+    skipped = next((c for c in checks if c.outcome == SKIP and c.skip_kind), None)
+    if skipped is not None:  # not sent, a model miss, nothing to compare against...
+        return SKIP, skipped.reason, skipped.skip_kind
+    return PASS, "", None
 
 
-def make_result(case: Any, transcript: Transcript, checks: list[Check]) -> CaseResult:
-    outcome, reason, miss = outcome_of(checks)
+def make_result(case: Any, transcript: Transcript, checks: list[Check],
+                allowed_skips: Collection[str] = ()) -> CaseResult:
+    """The result of one judged transcript; a skip is allowed when declared or its kind is in `allowed_skips`."""
+    outcome, reason, skip_kind = outcome_of(checks)
     return CaseResult(
         case_id=case.id,
         mode=transcript.mode,
@@ -86,7 +95,9 @@ def make_result(case: Any, transcript: Transcript, checks: list[Check]) -> CaseR
         repeat=transcript.repeat,
         forced=transcript.forced,
         natural=transcript.natural,
-        model_miss=miss,
+        model_miss=skip_kind == "model_miss",
+        skip_kind=skip_kind,
+        skip_allowed=skip_kind == "declared" or skip_kind in allowed_skips,
         features=tuple(case.features or ()),
         description=case.description or "",
         checks=checks,
@@ -99,20 +110,17 @@ class Summary:
     model_misses: int
     total: int
     pass_at_k: dict[str, Any] | None = None  # {"k": K, "cases": N, "passed": M} when repeated
+    verdict: str = PASS  # pass | fail | error: see `verdict_of`
+    verdict_reason: str = ""
 
     @property
     def exit_outcome(self) -> str:
-        """The worst outcome: error > fail > pass/skip."""
-        if self.counts.get(ERROR):
-            return ERROR
-        if self.counts.get(FAIL):
-            return FAIL
-        return PASS
+        return self.verdict
 
     @property
     def exit_code(self) -> int:
-        """0 all pass or skip, 1 a fail, 2 an error."""
-        return {ERROR: exit_codes.ERROR, FAIL: exit_codes.FAILED}.get(self.exit_outcome, exit_codes.OK)
+        """0 pass, 1 a fail, 2 an error or something not judged."""
+        return {ERROR: exit_codes.ERROR, FAIL: exit_codes.FAILED}.get(self.verdict, exit_codes.OK)
 
     def line(self) -> str:
         parts = [f"{self.counts.get(o, 0)} {o}" for o in OUTCOMES]
@@ -146,12 +154,41 @@ def summarize(results: Iterable[CaseResult]) -> Summary:
             groups.setdefault((r.case_id, r.mode, r.profile), []).append(r)
         passed = sum(any(r.outcome == PASS for r in group) for group in groups.values())
         pass_at_k = {"k": len(repeats), "cases": len(groups), "passed": passed}
+    verdict, reason = verdict_of(results)
     return Summary(
         counts={o: counts.get(o, 0) for o in OUTCOMES},
         model_misses=sum(r.model_miss for r in results),
         total=len(results),
         pass_at_k=pass_at_k,
+        verdict=verdict,
+        verdict_reason=reason,
     )
+
+
+def verdict_of(results: Sequence[CaseResult]) -> tuple[str, str]:
+    """(pass | fail | error, why). `error`: a result is an error, a skip is not allowed, or nothing
+    was judged (no result passed or failed); else `fail` if one failed; else `pass`."""
+    errors = [r for r in results if r.outcome == ERROR]
+    if errors:
+        return ERROR, f"{len(errors)} error(s), first {errors[0].name}: {errors[0].reason}"[:300]
+    if not any(r.outcome in (PASS, FAIL) for r in results):
+        return ERROR, "nothing was judged: " + (_skip_kinds_text(results) or "no results")
+    unallowed = [r for r in results if r.outcome == SKIP and not r.skip_allowed]
+    if unallowed:
+        return ERROR, (f"{len(unallowed)} result(s) not judged, skipped for a kind that is not allowed "
+                       f"(allow it with --allow-skip KIND): {_skip_kinds_text(unallowed)}")
+    if any(r.outcome == FAIL for r in results):
+        return FAIL, "a contract or expectation check failed"
+    return PASS, ""
+
+
+def _skip_kinds_text(results: Sequence[CaseResult]) -> str:
+    """`N kind (first reason)` for each skip kind among `results`, e.g. `4 cannot_force (server ...)`."""
+    by_kind: dict[str, list[CaseResult]] = {}
+    for r in results:
+        if r.outcome == SKIP:
+            by_kind.setdefault(r.skip_kind or "unknown", []).append(r)
+    return "; ".join(f"{len(rs)} {kind} ({rs[0].reason[:200]})" for kind, rs in by_kind.items())
 
 
 def finding_counts(results: Iterable[CaseResult]) -> Counter[tuple[str, str, str]]:
@@ -173,8 +210,10 @@ def failed_findings(results: Iterable[CaseResult]) -> list[tuple[CaseResult, Che
 
 def read_results(path: Path) -> list[CaseResult]:
     """Every result of a `results.jsonl`; a record that is not one raises TranscriptError naming the line."""
+    from conformance.recording import records
+
     results = []
-    for number, record in iter_json_lines(path):
+    for number, record in records(path, "results"):
         try:
             results.append(CaseResult.from_dict(record))
         except (TypeError, ValueError, AttributeError) as exc:

@@ -42,6 +42,9 @@ class Profile:
     name: str
     server_args: tuple[str, ...]
     description: str
+    # The message/delta field clients read reasoning from (vLLM 0.32: `reasoning`; vLLM 0.31 and
+    # `transformers serve`: `reasoning_content`): reasoning under another name fails the run.
+    reasoning_field: str = "reasoning"
 
 
 PROFILES: dict[str, Profile] = {
@@ -51,11 +54,13 @@ PROFILES: dict[str, Profile] = {
             name="hf",
             server_args=("--enable-auto-tool-choice", "--tool-call-parser", "hf", "--reasoning-parser", "hf"),
             description="vLLM's checkpoint-driven parser: the response_template in the tokenizer config",
+            reasoning_field="reasoning",
         ),
         Profile(
             name="legacy",
             server_args=("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"),
             description="the hand-written parsers hf replaces: hermes tool calls, qwen3 reasoning",
+            reasoning_field="reasoning",
         ),
     )
 }

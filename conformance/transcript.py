@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from conformance.cases import MODES
 
 TRANSCRIPTS_FILE = "transcripts.jsonl"
 
@@ -44,7 +43,7 @@ class SseLine:
 @dataclass
 class Transcript:
     case_id: str
-    mode: str  # one of MODES
+    mode: str  # one of conformance.cases.MODES
     profile: str
     endpoint: str  # "chat" | "responses" | "preflight"
     server: ServerStamp
@@ -60,6 +59,7 @@ class Transcript:
     response: dict[str, Any] | None = None  # non-streaming JSON body; a preflight's {"headers", "body"}
     transport_error: str | None = None  # connection refused, timeout, broken stream...
     skip_reason: str | None = None  # the request was not sent (e.g. the server cannot force outputs)
+    skip_kind: str | None = None  # its kind (conformance.checks.SkipKind)
     # Forced requests: what the server's tokenizer says of the returned token ids (conformance.forcing):
     # [] = exactly the forced text, every marker as its single token; None = could not be verified.
     forcing_problems: list[str] | None = None
@@ -137,50 +137,18 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield number, record
 
 
-_OPTIONAL_TEXT = (str, type(None))
-_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
-    "case_id": str, "mode": str, "profile": str, "endpoint": str, "request": dict, "repeat": int,
-    "status": (int, type(None)), "response": (dict, type(None)), "forcing_problems": (list, type(None)),
-    "forced": bool, "natural": bool, "started_at": str, "duration": (int, float),
-    "transport_error": _OPTIONAL_TEXT, "skip_reason": _OPTIONAL_TEXT,
-}  # fmt: skip
-_SERVER_TYPES: dict[str, type | tuple[type, ...]] = {
-    "base_url": str, "model": str, "profile": str, "version": _OPTIONAL_TEXT, "checkpoint_revision": _OPTIONAL_TEXT,
-}
-
-
-def _shape_problem(transcript: Transcript) -> str | None:
-    """What makes a parsed record unusable as a transcript (a field of the wrong type), or None."""
-    for name, kind in _FIELD_TYPES.items():
-        if not isinstance(getattr(transcript, name), kind):
-            return f"field {name!r} has the wrong type: {getattr(transcript, name)!r}"[:200]
-    for name, kind in _SERVER_TYPES.items():
-        if not isinstance(getattr(transcript.server, name), kind):
-            return f"field 'server.{name}' has the wrong type: {getattr(transcript.server, name)!r}"[:200]
-    if not all(isinstance(arg, str) for arg in transcript.server.args):
-        return "field 'server.args' is not a list of strings"
-    if not all(isinstance(problem, str) for problem in transcript.forcing_problems or ()):
-        return "field 'forcing_problems' is not a list of strings"
-    if transcript.mode not in MODES:
-        return f"field 'mode' is {transcript.mode!r}, expected one of {', '.join(MODES)}"
-    bad = next((line for line in transcript.sse if not isinstance(line.data, str)
-                or not isinstance(line.t, (int, float))), None)
-    return f"an `sse` entry is not {{data: string, t: number}}: {bad!r}"[:200] if bad else None
-
-
 def read_transcripts(path: Path) -> list[Transcript]:
     """Every transcript of a JSON-lines file; a record that is not one raises TranscriptError naming the line."""
+    from conformance.recording import records
+
     transcripts = []
-    for number, record in iter_json_lines(path):
+    for number, record in records(path, "transcripts"):
         try:
             transcript = Transcript.from_dict(record)
         except KeyError as exc:
             raise TranscriptError(f"{path}:{number}: not a transcript: missing field {exc}") from exc
         except (TypeError, ValueError, AttributeError) as exc:
             raise TranscriptError(f"{path}:{number}: not a transcript: {exc}") from exc
-        problem = _shape_problem(transcript)
-        if problem:
-            raise TranscriptError(f"{path}:{number}: not a transcript: {problem}")
         transcripts.append(transcript)
     return transcripts
 

@@ -9,7 +9,10 @@ real vLLM). The scenario is the content of the request's last user message:
 * `garbage`: a `data:` line that is not JSON (non-stream: a body that is not JSON);
 * `missing-index`: a tool-call delta without `index`;
 * `error-midway`: a few chunks, then an error object with code 500 inside the stream;
-* `http-500`: HTTP 500 before anything is sent;
+* `http-500`: HTTP 500 before anything is sent (`http-NNN`: HTTP NNN, the message `fake NNN`);
+* `echo-auth`: HTTP 400 whose message echoes the request's Authorization header (a careless server);
+* `token-ids`: the `ok` answer with `token_ids` (non-stream), for the forced-output verification,
+  which /tokenize and /detokenize refuse here with HTTP 403;
 * `stall`: the role chunk, then nothing for `stall_seconds`;
 * `refuse`: HTTP 400 with a vLLM-style error body (param `tool_choice`);
 * `no-done`: a complete stream without the final `data: [DONE]`;
@@ -18,6 +21,9 @@ real vLLM). The scenario is the content of the request's last user message:
   and every write cut between the CR and the LF.
 
 `requests` records every JSON body received, in order; `authorizations` the Authorization header of each.
+As vLLM does, a server made with `api_key` answers 401 `{"error": "Unauthorized"}` to a POST under /v1
+without that bearer key, one made with `models` answers 404 "The model `x` does not exist." for any
+other model, and POST /v1/responses is 404 `{"detail": "Not Found"}` (no Responses API here).
 
 An OPTIONS request is answered as a CORS preflight: `ALLOWED_ORIGIN` gets 200 with
 Access-Control-Allow-Origin, any other origin 400 "Disallowed CORS origin" without it (vLLM's
@@ -107,8 +113,9 @@ def good_response() -> dict[str, Any]:
 
 
 class FakeServer:
-    def __init__(self, stall_seconds: float = 5.0) -> None:
-        self.stall_seconds = stall_seconds
+    def __init__(self, stall_seconds: float = 5.0, api_key: str | None = None,
+                 models: frozenset[str] | None = None) -> None:
+        self.stall_seconds, self.api_key, self.models = stall_seconds, api_key, models
         self.requests: list[dict[str, Any]] = []
         self.authorizations: list[str | None] = []
         self.preflights: list[tuple[str, dict[str, str]]] = []
@@ -149,9 +156,23 @@ class FakeServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 server.requests.append(body)
                 server.authorizations.append(self.headers.get("Authorization"))
+                if server.api_key is not None and self.headers.get("Authorization") != f"Bearer {server.api_key}":
+                    return self._json(401, {"error": "Unauthorized"})
+                if server.models is not None and body.get("model") not in server.models:
+                    return self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                                      "type": "NotFoundError", "param": "model", "code": 404}})
+                if self.path in ("/tokenize", "/detokenize"):
+                    return self._json(403, {"error": {"message": "tokenizer endpoints are off", "code": 403}})
+                if self.path.endswith("/responses"):
+                    return self._json(404, {"detail": "Not Found"})
                 scenario = body["messages"][-1]["content"]
                 if scenario == "http-500":
                     return self._json(500, {"error": {"message": "boom", "code": 500}})
+                if scenario.startswith("http-"):
+                    status = int(scenario.removeprefix("http-"))
+                    return self._json(status, {"error": {"message": f"fake {status}", "code": status}})
+                if scenario == "echo-auth":
+                    return self._json(400, {"error": {"message": f"bad key {self.headers.get('Authorization')}"}})
                 if scenario == "refuse":
                     return self._json(400, REFUSAL)
                 if not body.get("stream"):
@@ -159,6 +180,10 @@ class FakeServer:
                         return self._raw(200, b"{not json", "application/json")
                     if scenario in ("plain", "separators"):
                         return self._json(200, plain_response(SEPARATED if scenario == "separators" else PLAIN))
+                    if scenario == "token-ids":
+                        answer = good_response()
+                        answer["choices"][0]["token_ids"] = [1, 2]
+                        return self._json(200, answer)
                     return self._json(200, good_response())
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
@@ -204,7 +229,7 @@ class FakeServer:
             yield b"data: [DONE]\r\n\r"
             yield PAUSE
             yield b"\n"
-        elif scenario in ("ok", "ok-incremental"):
+        elif scenario in ("ok", "ok-incremental", "token-ids"):
             yield from (self._event(c) for c in chunks)
             yield done
         elif scenario == "no-done":
@@ -239,8 +264,8 @@ class FakeServer:
 
 
 @contextmanager
-def fake_server(stall_seconds: float = 5.0) -> Iterator[FakeServer]:
-    server = FakeServer(stall_seconds)
+def fake_server(stall_seconds: float = 5.0, **options: Any) -> Iterator[FakeServer]:
+    server = FakeServer(stall_seconds, **options)
     thread = threading.Thread(target=server._httpd.serve_forever, daemon=True)
     thread.start()
     try:

@@ -159,6 +159,15 @@ def test_error_expectation(tmp_path: Path) -> None:
     assert case.expect["hf"].message is None and case.expect["hf"].for_mode("stream") == case.expect["hf"]
 
 
+def test_a_declared_skip_is_the_profiles_whole_expectation(tmp_path: Path) -> None:
+    data = good_data()
+    data["cases"][1]["expect"]["legacy"] = {"skip": "legacy knowingly cannot\n  run this case here"}
+    case = load_suite(write_suite(tmp_path, {"group.yaml": yaml.safe_dump(data)}))[1]
+    assert case.expect["legacy"].skip == "legacy knowingly cannot run this case here"
+    assert case.expect["legacy"].for_mode("stream") == case.expect["legacy"]
+    assert case.expect["hf"].skip is None
+
+
 def test_responses_endpoint_gets_flat_tools(tmp_path: Path) -> None:
     data = good_data()
     data["cases"][0]["endpoint"] = "responses"
@@ -277,6 +286,14 @@ def test_load_suite_raises_with_every_error(tmp_path: Path) -> None:
                      "description too short (0 words)", id="blank-description"),
         pytest.param(lambda d: d["cases"][0]["natural"].update(expect_tool="get_time"), "natural.expect_tool",
                      "'get_time' is not among the request's tools", id="natural-tool-not-offered"),
+        pytest.param(lambda d: d["cases"][1]["expect"].update(hf={"skip": "hf cannot run this one",
+                                                                  "message": {"content": "x"}}),
+                     "expect.hf.message", "key not allowed here", id="skip-with-message"),
+        pytest.param(lambda d: d["cases"][1]["expect"].update(hf={"skip": "hf cannot run this one",
+                                                                  "error": {"status": 400}}),
+                     "expect.hf.error", "key not allowed here", id="skip-with-error"),
+        pytest.param(lambda d: d["cases"][1]["expect"].update(hf={"skip": " no "}), "expect.hf.skip",
+                     "does not match", id="skip-without-a-reason"),
     ],
 )
 def test_bad_case_is_reported_with_file_case_and_field(tmp_path: Path, mutate, field: str, words: str) -> None:

@@ -162,7 +162,8 @@ def test_a_well_formed_hf_stream_passes_every_check(cases):
         "arguments_json": "pass",
         "marker_leak": "pass", "arguments_schema": "pass", "reasoning_field": "pass", "forced_output": "skip",
         "tool_call_streaming": "pass", "client_replay": "pass", "stream_equals_non_stream": "pass",
-        "expected_message": "pass", "expected_tool_call_streaming": "pass",
+        "expected_message": "pass", "expected_tool_call_streaming": "pass", "expected_reasoning_field": "pass",
+        "tool_call_delta_keys": "pass", "chunk_choices": "pass",
     }  # fmt: skip
     assert checks["reasoning_field"].actual == "reasoning"
     assert checks["tool_call_streaming"].actual == "whole"

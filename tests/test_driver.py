@@ -21,6 +21,7 @@ from conformance.driver import Target, request_body
 from conformance.engine import recheck, run
 from conformance.results import read_results
 from conformance.server import free_port
+from conformance.recording import read_header
 from conformance.transcript import read_transcripts
 from tests.engine_helpers import load_cases
 from tests.fake_server import fake_server
@@ -338,12 +339,15 @@ def test_line_separators_inside_json_strings_do_not_split_an_event(tmp_path):
     assert [line.data for line in stream.sse][-1] == "[DONE]" and len(stream.sse) == 4
 
 
-def test_a_probe_answered_with_garbage_does_not_crash_the_run(cases, tmp_path):
+def test_a_probe_answered_with_html_cannot_tell_so_forced_cases_are_errors_not_sent(cases, tmp_path):
+    posts = []
+
     class NotJson(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
 
         def do_POST(self) -> None:
+            posts.append(self.path)
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
@@ -358,9 +362,12 @@ def test_a_probe_answered_with_garbage_does_not_crash_the_run(cases, tmp_path):
     finally:
         httpd.shutdown()
         httpd.server_close()
-    got = {r.mode: (r.outcome, r.reason) for r in output.results}
-    assert got["non-stream"] == ("error", "transport: the response is not a JSON object: '<html>a proxy page</html>'")
-    assert got["stream"][0] in ("error", "fail")
+    assert posts == ["/v1/chat/completions"]  # the probe only: forcing is not assumed
+    reason = ("transport: not sent: the forcing probe cannot tell whether the server forces outputs: the answer to "
+              f"/v1/chat/completions is not JSON: '<html>a proxy page</html>'")
+    assert {r.mode: (r.outcome, r.reason) for r in output.results} == {"non-stream": ("error", reason),
+                                                                        "stream": ("error", reason)}
+    assert output.summary.exit_code == 2
 
 
 def test_a_full_disk_stops_the_run_at_once_and_keeps_what_was_written(cases, tmp_path):
@@ -371,8 +378,9 @@ def test_a_full_disk_stops_the_run_at_once_and_keeps_what_was_written(cases, tmp
         started = time.monotonic()
         with pytest.raises(OSError, match="No space left"):
             run(chosen, target, tmp_path)
-        assert time.monotonic() - started < 3  # the stalled request was cancelled, not waited for
-    assert {t.case_id for t in read_transcripts(tmp_path / "transcripts.jsonl")} >= {"ok"}
+        assert time.monotonic() - started < 3  # nothing waited for: the results header already failed
+    assert read_header(tmp_path / "transcripts.jsonl", "transcripts")["case_ids"] == ["ok", "stall"]
+    assert read_transcripts(tmp_path / "transcripts.jsonl") == []
 
 
 def test_an_interrupted_run_still_reports_what_it_had_judged(cases_dir, tmp_path):

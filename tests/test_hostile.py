@@ -132,8 +132,16 @@ def run_against(server: Any, cases: Path, out: Path, *args: str, **options: Any)
                        "--out", out, *args, **options)
 
 
+def transcripts_of(out: Path) -> list[Any]:
+    from conformance.transcript import read_transcripts
+
+    return read_transcripts(out / "transcripts.jsonl")
+
+
 def results_of(out: Path) -> dict[tuple[str, str], dict]:
-    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+    from conformance.results import read_results
+
+    records = [result.to_dict() for result in read_results(out / "results.jsonl")]
     return {(r["case_id"], r["mode"]): r for r in records}
 
 
@@ -159,8 +167,7 @@ def test_a_malformed_forced_answer_is_a_recorded_shape_failure_and_the_run_goes_
         for mode in ("non-stream", "stream"):
             result = results[(case_id, mode)]
             assert result["outcome"] == "fail" and "shape" in result["reason"], result
-    lines = (tmp_path / "out/transcripts.jsonl").read_text().splitlines()
-    recorded = {(t["case_id"], t["mode"]) for t in map(json.loads, lines)}
+    recorded = {(t.case_id, t.mode) for t in transcripts_of(tmp_path / "out")}
     assert recorded == set(results)
     assert (tmp_path / "out/report.md").is_file()
 
@@ -412,7 +419,7 @@ def test_an_out_that_cannot_be_a_directory_is_an_exit_2_naming_it(tmp_path, verb
     (json.dumps({**RECORD, "duration": "soon"}).encode(), ":1: not a transcript: field 'duration'"),
     (json.dumps({**RECORD, "skip_reason": 5}).encode(), ":1: not a transcript: field 'skip_reason'"),
     (json.dumps({**RECORD, "server": {**RECORD["server"], "args": [1]}}).encode(),
-     ":1: not a transcript: field 'server.args'"),
+     ":1: not a transcript: field 'server.args"),
     (b"[" * 100_000, ":1: JSON nested too deeply"),
 ], ids=["binary", "duration", "skip-reason", "server-args", "deep"])
 def test_recheck_of_a_file_that_is_not_transcripts_names_the_file_and_line(tmp_path, content, named) -> None:
@@ -455,8 +462,7 @@ def test_side_requests_honour_the_timeout(tmp_path) -> None:
         elapsed = time.monotonic() - started
     assert "Traceback" not in completed.stderr, completed.stderr[-2000:]
     assert len(results_of(tmp_path / "out")) == 2
-    transcripts = [json.loads(line) for line in (tmp_path / "out/transcripts.jsonl").read_text().splitlines()]
-    assert [t["forcing_problems"] for t in transcripts] == [None, None]  # could not be verified in time
+    assert [t.forcing_problems for t in transcripts_of(tmp_path / "out")] == [None, None]  # could not be verified in time
     assert elapsed < 15, elapsed  # /version trickles for 25 s, /detokenize stalls for 30 s
 
 

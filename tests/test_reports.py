@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from html import escape
 import xml.etree.ElementTree as ET
 
@@ -15,10 +16,12 @@ from conformance.engine import write_reports
 from conformance.report import html, junit, markdown
 from conformance.report.jsonl import write_results
 from conformance.report.stamp import make_stamp
+from conformance.recording import make_header
 from conformance.results import CaseResult, read_results, summarize
 from conformance.transcript import TranscriptError
 from tests.engine_helpers import STAMP, stream_transcript
 
+HEADER = make_header("results", cases=[], markers=["<think>"], server=asdict(STAMP), created_at="2026-12-01T00:00:00+00:00")
 STAMP_DICT = make_stamp({**STAMP.__dict__, "checkpoint_revision": "sha256:feedbeef"})
 
 
@@ -50,8 +53,8 @@ def test_markdown_lists_failures_with_expected_and_actual():
     text = markdown.render(RESULTS, STAMP_DICT)
     assert "**5 results: 2 pass, 1 fail, 1 skip, 1 error**" in text
     assert "| hf | 1 | 1 | 1 | 1 | 0 |" in text
-    assert "| ❌ | one-call[non-stream] | hf | expected_message | {\"content\": null} | {\"content\": \"\\n\\n\"} | " \
-           "differs in content \\| pipes |" in text  # JSON, as the server sent it
+    assert "| ❌ | one-call[non-stream] | hf | expected_message | `{\"content\": null}` | `{\"content\": \"\\n\\n\"}` | " \
+           "differs in content \\| pipes |" in text  # JSON, as the server sent it, in code spans
     assert "| 💥 | stalled[stream] | hf | transport |  |  | timeout: no complete response within 2s |" in text
     assert "| hf | reasoning_field | reasoning | 1 |" in text
     assert "| legacy-only[stream] | hf | no expectation for profile hf |" in text
@@ -61,8 +64,8 @@ def test_markdown_escapes_template_markers_so_github_shows_them():
     leak = Check("marker_leak", "fail", reason="template markers leaked: '<tool_call>' in content",
                  actual={"content": "<tool_call>\n{}"})
     text = markdown.render([result("leaky", "stream", "fail", checks=[leak])], STAMP_DICT)
-    assert "| {\"content\": \"&lt;tool_call&gt;\\n{}\"} | template markers leaked: '&lt;tool_call&gt;' in content |" in text
-    assert "<tool_call>" not in text
+    assert "| `{\"content\": \"<tool_call>\\n{}\"}` | template markers leaked: '&lt;tool_call&gt;' in content |" in text
+    assert "<tool_call>" not in text.replace("`{\"content\": \"<tool_call>", "")  # verbatim in a code span only
 
 
 def test_markdown_stays_far_below_the_step_summary_limit():
@@ -104,7 +107,7 @@ def test_html_drills_down_to_request_and_raw_stream_escaped():
 
 
 def test_results_jsonl_round_trip_and_run_summary(tmp_path):
-    write_results(tmp_path / "results.jsonl", RESULTS)
+    write_results(tmp_path / "results.jsonl", RESULTS, HEADER)
     assert read_results(tmp_path / "results.jsonl") == RESULTS
     paths = write_reports(tmp_path, RESULTS, STAMP_DICT)
     run = json.loads(paths["run"].read_text())

@@ -59,15 +59,17 @@ def test_each_record_is_on_disk_before_the_writer_closes(tmp_path):
     [
         ('\n{oops\n', "t.jsonl:2: not valid JSON"),
         ("[1, 2]\n", "t.jsonl:1: expected a JSON object per line"),
-        ('{"case_id": "a"}\n', "t.jsonl:1: not a transcript: missing field 'server'"),
-        ('{"case_id": "a", "server": {"bogus": 1}}\n', "t.jsonl:1: not a transcript: .*unexpected keyword argument 'bogus'"),
-        ('{"case_id": "a", "server": "x"}\n', "t.jsonl:1: not a transcript: "),
+        ('{"case_id": "a"}\n', "t.jsonl:1: not a transcript: 'endpoint' is a required property"),
+        (json.dumps({**full_transcript().to_dict(), "server": {"bogus": 1}}) + "\n",
+         "t.jsonl:1: not a transcript: field 'server': 'base_url' is a required property"),
+        (json.dumps({**full_transcript().to_dict(), "server": "x"}) + "\n",
+         "t.jsonl:1: not a transcript: field 'server': 'x' is not of type 'object'"),
         (json.dumps({**full_transcript().to_dict(), "request": "x"}) + "\n",
-         "t.jsonl:1: not a transcript: field 'request' has the wrong type: 'x'"),
+         "t.jsonl:1: not a transcript: field 'request': 'x' is not of type 'object'"),
         (json.dumps({**full_transcript().to_dict(), "mode": "both"}) + "\n",
-         "t.jsonl:1: not a transcript: field 'mode' is 'both', expected one of non-stream, stream"),
+         "t.jsonl:1: not a transcript: field 'mode': 'both' is not one of ['non-stream', 'stream']"),
         (json.dumps({**full_transcript().to_dict(), "sse": [{"data": 1, "t": 0}]}) + "\n",
-         "t.jsonl:1: not a transcript: an `sse` entry is not {data: string, t: number}"),
+         "t.jsonl:1: not a transcript: field 'sse[0].data': 1 is not of type 'string'"),
     ],
 )
 def test_bad_files_are_named_with_the_line(tmp_path, content, message):

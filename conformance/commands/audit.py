@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from conformance.commands import add_verb
 from conformance.hub import DEFAULT_WORKERS, OK
 
 DEFAULT_LIST = Path("checkpoints.yaml")
+LOG_WIDTH = 160  # the table's width when the output is not a terminal (and COLUMNS is not set)
 
 DESCRIPTION = """\
 Audit checkpoints for the Hugging Face `hf` response parser of vLLM 0.32: which metadata key they carry
@@ -40,8 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="checkpoint list (YAML, see conformance/schemas/checkpoints.schema.json)")
     parser.add_argument("--local", action="append", type=Path, default=[], metavar="DIR",
                         help="audit a checkpoint directory on disk (repeatable)")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the JSON report here")
-    parser.add_argument("--markdown", type=Path, metavar="PATH", help="write the Markdown report here")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the JSON report here (`-`: standard output)")
+    parser.add_argument("--markdown", type=Path, metavar="PATH",
+                        help="write the Markdown report here (`-`: standard output)")
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N",
                         help=f"concurrent Hub fetches (default {DEFAULT_WORKERS})")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
@@ -81,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     from conformance.audit import CHECKPOINT_FAULTS, audit_checkpoints, audit_local
     from conformance.checkpoints import CheckpointsError, revision_warning
     from conformance.hub import HubSettings
-    from conformance.report.audit_report import AuditReportWriter, render_table
+    from conformance.progress import Progress
+    from conformance.report.audit_report import STDOUT, AuditReportWriter, render_table
 
     try:
         entries = _entries(args)
@@ -92,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--workers must be at least 1")
         if args.timeout is not None and not args.timeout > 0:
             raise UsageError("--timeout must be a positive number of seconds")
+        if args.json == STDOUT and args.markdown == STDOUT:
+            raise UsageError("--json - and --markdown - would both write to standard output; give one a file")
         settings = HubSettings.from_env(args.timeout)
     except (CheckpointsError, UsageError, ValueError) as exc:  # ValueError: a bad HF_* environment variable
         print(f"error: {exc}", file=sys.stderr)
@@ -100,34 +106,42 @@ def run(args: argparse.Namespace) -> int:
         if warning := revision_warning(entry):
             print(f"warning: {warning}", file=sys.stderr)
 
+    to_stdout = STDOUT in (args.json, args.markdown)  # then standard output carries the report alone
+    log = sys.stderr if to_stdout else sys.stdout
     try:  # audits never raise OSError (an unreadable file is a checkpoint status): these are the report files
         writer = AuditReportWriter(args.json, args.markdown)
-        for directory in args.local:
-            audit = audit_local(directory)
-            audit.position = len(writer.audits)
-            writer.add(audit)
-        offset = len(writer.audits)
-        try:
-            for audit in audit_checkpoints(entries, settings, workers=args.workers):
-                audit.position += offset
+        with Progress(len(args.local) + len(entries), "audit") as progress:
+            for directory in args.local:
+                audit = audit_local(directory)
+                audit.position = len(writer.audits)
                 writer.add(audit)
-        except KeyboardInterrupt:
-            writer.interrupt()
-            print(f"interrupted after {len(writer.audits)} of {len(args.local) + len(entries)} checkpoints; "
-                  "the reports hold those", file=sys.stderr)
-            return exit_codes.ERROR
+                progress.advance(audit.id, f"{audit.id}: {audit.status}")
+            offset = len(writer.audits)
+            try:
+                for audit in audit_checkpoints(entries, settings, workers=args.workers):
+                    audit.position += offset
+                    writer.add(audit)
+                    progress.advance(audit.id, f"{audit.id}: {audit.status}")
+            except KeyboardInterrupt:
+                writer.interrupt()
+                print(f"interrupted after {len(writer.audits)} of {len(args.local) + len(entries)} checkpoints; "
+                      "the reports hold those", file=sys.stderr)
+                return exit_codes.ERROR
         report = writer.finish()
     except OSError as exc:
         print(f"error: cannot write the report: {exc}", file=sys.stderr)
         return exit_codes.ERROR
 
-    console = Console(file=sys.stdout, width=max(Console().width, 140))
+    # On a terminal, its width (the table fits 80 columns); in a log, wide enough that ids stay on one line.
+    console = Console(file=log)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(file=log, width=LOG_WIDTH)
     console.print(render_table(report))
     for checkpoint in report["checkpoints"]:
         for message in ([checkpoint["error"]] if checkpoint["error"] else []) + checkpoint["unmet_expectations"]:
-            print(f"{checkpoint['id']}: {message}")
+            print(f"{checkpoint['id']}: {message}", file=log)
     for path in (args.json, args.markdown):
-        if path is not None:
+        if path is not None and path != STDOUT:
             print(f"wrote {path}", file=sys.stderr)
 
     audits = writer.audits

@@ -20,9 +20,11 @@ and field:
   - tool names that neither the file's `tools` block nor DIR/tools.yaml defines (and names both define);
   - finish_reason values that do not fit the endpoint;
   - the feature `stream` without a `stream` override in some expectation, or the reverse;
-  - expectations for profiles that are not known (a warning; known: hf, legacy, i.e. conformance.server.PROFILES).
+  - expectations for profiles that are not known (a warning; known: hf, legacy, i.e. conformance.server.PROFILES);
+  - references that do not resolve: `contract N.M` must be a section of docs/vllm-0.32-contract.md,
+    anything else a web address.
 Exit 0 when there is no error (warnings allowed), 1 when a case file has an error, 2 when DIR
-is not a directory or holds no case file.
+is not a directory, cannot be listed or holds no case file (or the shipped cases are missing).
 
 example:
   conformance cases check            # the shipped suite

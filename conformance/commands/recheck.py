@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 from conformance import exit_codes
+from conformance.checks import SKIP_KINDS
 from conformance.commands import add_verb
 
 DESCRIPTION = """\
@@ -30,17 +33,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: <transcripts dir>/recheck)")
     parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="local checkpoint directory: its response_template gives the markers checked for leaks")
+    parser.add_argument("--allow-skip", action="append", default=[], choices=SKIP_KINDS, metavar="KIND",
+                        help="a skip of this kind does not keep the verdict from passing (repeatable; as for run)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from conformance.cases import CaseFileError, load_suite
     from conformance.engine import CheckpointError, markers_for_checkpoint, recheck, write_reports
+    from conformance.recording import make_header
     from conformance.report.jsonl import write_results
     from conformance.report.stamp import stamp_of_recording
     from conformance.results import RESULTS_FILE, summarize
     from conformance.transcript import TranscriptError, read_transcripts
 
+    if args.out == Path("-"):
+        print("conformance recheck: error: --out is the directory for the reports; `-` (standard output) "
+              "cannot hold them", file=sys.stderr)
+        return exit_codes.ERROR
     try:
         transcripts = read_transcripts(args.transcripts)
         cases = load_suite(args.cases)
@@ -51,11 +61,14 @@ def run(args: argparse.Namespace) -> int:
     if not transcripts:
         print(f"conformance recheck: error: {args.transcripts}: no transcripts in this file", file=sys.stderr)
         return exit_codes.ERROR
-    results = recheck(transcripts, cases, markers=markers)
+    results = recheck(transcripts, cases, markers=markers, allowed_skips=args.allow_skip)
     out_dir = args.out or args.transcripts.parent / "recheck"
+    header = make_header("results", cases=[c for c in cases if c.id in {t.case_id for t in transcripts}],
+                         markers=markers, server=asdict(transcripts[0].server),
+                         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        write_results(out_dir / RESULTS_FILE, results)
+        write_results(out_dir / RESULTS_FILE, results, header)
         paths = write_reports(out_dir, results, stamp_of_recording(transcripts), transcripts)
     except OSError as exc:
         print(f"conformance recheck: error: {out_dir}: cannot write the reports: {exc.strerror or exc}",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import math
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import exit_codes
+from conformance.checks import SKIP_KINDS
 from conformance.commands import add_verb
 from conformance.driver import (
     DEFAULT_CONCURRENCY,
@@ -67,7 +70,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES, metavar="N",
                         help="longest SSE line (or non-streaming body) read; a longer one makes the answer an error "
                              f"(default: {DEFAULT_MAX_LINE_BYTES})")
-    parser.add_argument("--api-key", default="EMPTY", metavar="KEY", help="API key sent to the server (default: EMPTY)")
+    parser.add_argument("--api-key", metavar="KEY",
+                        help="API key sent to the server (default: $OPENAI_API_KEY, else EMPTY); never written anywhere")
+    parser.add_argument("--allow-skip", action="append", default=[], choices=SKIP_KINDS, metavar="KIND",
+                        help="a skip of this kind does not keep the run from passing (repeatable; kinds: "
+                             f"{', '.join(SKIP_KINDS)}; see cases/README.md)")
     parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="local checkpoint directory: its response_template gives the markers checked for leaks")
     parser.add_argument("--checkpoint-revision", metavar="REV", help="revision recorded in the reports")
@@ -81,24 +88,34 @@ def _usage_error(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from conformance.cases import CaseFileError, load_features, load_suite
-    from conformance.engine import CheckpointError, select_cases
+    from conformance.engine import CheckpointError, known_profiles, select_cases
 
     if args.base_url and not (args.model and args.profile):
         return _usage_error("--base-url needs --model and --profile")
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
+        return _usage_error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    args.api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"  # as the openai client does
     if args.launch:
         from conformance.server import PROFILES
 
         if args.launch not in PROFILES:
             return _usage_error(f"unknown profile {args.launch!r} for --launch; choose one of: {', '.join(PROFILES)}")
+    if args.out == Path("-"):
+        return _usage_error("--out is the directory for the run's files; `-` (standard output) cannot hold them")
     if args.repeat < 1 or args.concurrency < 1 or args.max_line_bytes < 1:
         return _usage_error("--repeat, --concurrency and --max-line-bytes must be at least 1")
     try:
         unknown_features = sorted(set(args.feature) - set(load_features(args.cases)))
         if unknown_features:
             return _usage_error(f"unknown feature tag(s): {', '.join(unknown_features)} (see cases/features.txt)")
-        cases = select_cases(load_suite(args.cases), args.case, args.feature)
+        suite = load_suite(args.cases)
+        cases = select_cases(suite, args.case, args.feature)
     except (CaseFileError, ValueError) as exc:
         return _usage_error(str(exc))
+    profile = args.profile or args.launch
+    if profile not in known_profiles(suite):
+        return _usage_error(f"unknown profile {profile!r}: no profile record and no case expectation names it "
+                            f"(known: {', '.join(sorted(known_profiles(suite)))})")
     if not cases:
         return _usage_error("no case matches the selection")
     out_dir = args.out or Path("reports") / f"run-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
@@ -109,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # unwind: a launched server is stopped
     try:
         with _target(args, out_dir) as (target, markers):
-            print(f"running {len(cases)} cases against {target.base_url} ({target.profile} profile); "
+            print(f"running {len(cases)} cases against {target.shown_url} ({target.profile} profile); "
                   f"writing to {out_dir}", file=sys.stderr)
             return _run_and_report(cases, target, markers, out_dir, args)
     except (TargetError, CheckpointError) as exc:
@@ -125,15 +142,36 @@ def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out
     try:
         output = run_engine(
             cases, target, out_dir, concurrency=args.concurrency, repeat=args.repeat, natural=args.natural,
-            markers=markers, progress=True,
+            markers=markers, progress=True, allowed_skips=args.allow_skip,
         )  # fmt: skip
     except KeyboardInterrupt:
         return _report_interrupted_run(out_dir, expected=request_count(cases, args.repeat), target=target)
     paths = write_reports(out_dir, output.results, output.stamp, output.transcripts)
-    print(output.summary.line())
     for kind, path in paths.items():
         print(f"{kind}: {path}")
+    for line in problem_lines(output.results):
+        print(line)
+    print(output.summary.line())
+    if output.summary.verdict_reason:
+        print(f"{output.summary.verdict}: {output.summary.verdict_reason}")
     return output.summary.exit_code
+
+
+MAX_PROBLEM_LINES = 50
+
+
+def problem_lines(results: list[Any], width: int = 160) -> list[str]:
+    """One line per failed or errored check (outcome, case, mode, check: reason), for the end of a run."""
+    lines = []
+    for result in results:
+        if result.outcome in ("fail", "error"):
+            for check in result.failed_checks() or [None]:
+                name, reason = (check.name, check.reason) if check else ("-", result.reason)
+                line = f"{result.outcome.upper():5} {result.case_id} {result.mode} {name}: {' '.join(reason.split())}"
+                lines.append(line if len(line) <= width else line[: width - 1] + "…")
+    if len(lines) > MAX_PROBLEM_LINES:
+        lines[MAX_PROBLEM_LINES:] = [f"... and {len(lines) - MAX_PROBLEM_LINES} more (see report.md)"]
+    return (["failures and errors:", *lines] if lines else [])
 
 
 def _report_interrupted_run(out_dir: Path, expected: int, target: Any) -> int:

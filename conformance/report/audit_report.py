@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from conformance import __version__
 from conformance.audit import OK, CheckpointAudit
+from conformance.report.markdown_text import code_span, visible
 from conformance.template import CONFIGURATIONS
 
 TARGET = "vLLM 0.32.0"
+STDOUT = Path("-")  # an output path of `-` means standard output
 
 
 def audit_to_json(audit: CheckpointAudit) -> dict[str, Any]:
@@ -101,15 +104,16 @@ def _expectation(checkpoint: dict) -> str:
 
 
 def _code(text: str) -> str:
-    """An inline code span that survives backticks inside the text."""
-    return f"`` {text} ``"
+    """An inline code span that shows `text` verbatim, whatever backticks are in it."""
+    return code_span(visible(text))
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-SHORT_NAMES = {"tool_call_parser_hf": "tool hf", "reasoning_parser_hf": "reasoning hf", "both": "both"}  # table columns
+SHORT_NAMES = {"tool_call_parser_hf": "tool", "reasoning_parser_hf": "reasoning", "both": "both"}  # table columns
+TABLE_STYLES = {"yes/yes/yes": "green", "no/no/no": "red", "UNMET": "bold red", "met": "green", "ok": "green"}
 
 
 def _row(checkpoint: dict) -> list[str]:
@@ -157,18 +161,38 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_table(report: dict[str, Any]) -> Any:
-    """A rich Table of the report, one row per checkpoint."""
-    from rich.table import Table
+def _table_row(checkpoint: dict) -> list[str]:
+    """The terminal table's cells: the Markdown row's facts, in words short enough for 80 columns."""
+    commit, verdicts = checkpoint["commit"], checkpoint["vllm_0_32"]
+    if checkpoint["source"] == "local":
+        revision = "local"
+    elif commit is None or commit == checkpoint["revision"]:
+        revision = (commit or checkpoint["revision"])[:8] if commit else checkpoint["revision"]
+    else:
+        revision = f"{checkpoint['revision']}→{commit[:8]}"
+    template = {"valid": "yes", "invalid": "no"}.get(_template_state(checkpoint), _template_state(checkpoint))
+    starts = "/".join("yes" if verdicts[name]["starts"] else "no" for name in CONFIGURATIONS) if verdicts else "n/a"
+    metadata = (checkpoint["metadata_key"] or "n/a").removeprefix("response_")
+    return [checkpoint["id"], checkpoint["status"], revision, metadata, template, starts, _expectation(checkpoint)]
 
-    styles = {"starts": "green", "fails": "red", "UNMET": "bold red", "met": "green", "ok": "green"}
-    table = Table(title=f"response_template audit ({report['target']} hf parser)", show_lines=False)
-    table.add_column("checkpoint", no_wrap=True)
-    for column in ("revision", "status", "metadata", "template", *(SHORT_NAMES[n] for n in CONFIGURATIONS), "expect"):
-        table.add_column(column, overflow="fold")
+
+def render_table(report: dict[str, Any]) -> Any:
+    """A rich Table of the report, one row per checkpoint, that fits 80 columns (long cells fold)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"response_template audit ({report['target']} hf parser)", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False, collapse_padding=True, title_justify="left")
+    table.add_column("checkpoint", overflow="fold")
+    table.add_column("status", overflow="fold")
+    # fixed widths for the short cells (a longer revision folds), so that the long ones fold, not these
+    for column, width in (("revision", 13), ("key", 8), ("valid", 6),
+                          ("starts: " + "/".join(SHORT_NAMES[name] for name in CONFIGURATIONS), 11), ("expect", 6)):
+        table.add_column(column, overflow="fold", width=width)
     for checkpoint in report["checkpoints"]:
-        cells = [checkpoint["id"], *_row(checkpoint)]
-        table.add_row(*(f"[{styles[cell]}]{cell}[/]" if cell in styles else cell for cell in cells))
+        cells = _table_row(checkpoint)
+        table.add_row(*(Text(cell, style=TABLE_STYLES.get(cell, "")) for cell in cells))
     return table
 
 
@@ -183,16 +207,17 @@ class AuditReportWriter:
 
     REWRITE_INTERVAL_S = 1.0
 
-    def __init__(self, json_path: Path | None = None, markdown_path: Path | None = None) -> None:
+    def __init__(self, json_path: Path | None = None, markdown_path: Path | None = None,
+                 stdout: IO[str] | None = None) -> None:
         self.json_path, self.markdown_path = json_path, markdown_path
+        self.stdout = stdout
         self.audits: list[CheckpointAudit] = []
         self.started_at = datetime.now(timezone.utc)
         self._last_rewrite = 0.0
-        for path in (json_path, markdown_path):
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-        first = json_path or markdown_path
-        self.partial_path = first.with_name(first.name + ".partial.jsonl") if first is not None else None
+        files = [path for path in (json_path, markdown_path) if path is not None and path != STDOUT]
+        for path in files:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self.partial_path = files[0].with_name(files[0].name + ".partial.jsonl") if files else None
         if self.partial_path is not None:
             self.partial_path.write_text("", encoding="utf-8")
 
@@ -213,17 +238,25 @@ class AuditReportWriter:
 
     def finish(self) -> dict[str, Any]:
         report = self.report(complete=True)
-        self._write(report)
+        self._write(report, final=True)
         if self.partial_path is not None:
             self.partial_path.unlink(missing_ok=True)
         return report
 
-    def _write(self, report: dict[str, Any]) -> None:
+    def _write(self, report: dict[str, Any], final: bool = False) -> None:
+        """Rewrite the report files; standard output gets the finished report only, once."""
         self._last_rewrite = time.monotonic()
-        if self.json_path is not None:
-            _write_atomically(self.json_path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-        if self.markdown_path is not None:
-            _write_atomically(self.markdown_path, render_markdown(report))
+        for path, render in ((self.json_path, _json_text), (self.markdown_path, render_markdown)):
+            if path == STDOUT:
+                if final:
+                    (self.stdout or sys.stdout).write(render(report))
+                    (self.stdout or sys.stdout).flush()
+            elif path is not None:
+                _write_atomically(path, render(report))
 
 
-__all__ = ["AuditReportWriter", "audit_to_json", "build_report", "render_markdown", "render_table"]
+def _json_text(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+
+
+__all__ = ["STDOUT", "AuditReportWriter", "audit_to_json", "build_report", "render_markdown", "render_table"]

@@ -14,8 +14,10 @@ from conformance.transcript import JsonLinesWriter
 RUN_FILE = "run.json"
 
 
-def write_results(path: Path, results: Iterable[CaseResult]) -> None:
+def write_results(path: Path, results: Iterable[CaseResult], header: Mapping[str, Any]) -> None:
+    """A results.jsonl: the run header (`conformance.recording.make_header`), then one result per line."""
     with JsonLinesWriter(path) as writer:
+        writer.write(dict(header))
         for result in results:
             writer.write(result.to_dict())
 

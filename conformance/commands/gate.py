@@ -1,0 +1,241 @@
+"""`conformance gate` and `conformance compare`: baseline vs candidate, every client-visible difference,
+acknowledged or not, and a verdict for CI."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from conformance import exit_codes
+from conformance.commands import add_verb
+from conformance.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
+
+GATE_DESCRIPTION = """\
+Run the same cases against a baseline and a candidate server and report every difference a client
+would notice: requests newly refused or accepted, parsed messages field by field, the reasoning
+field name, stream shape, finish_reason, usage, openai-python's own reading, and cases that pass on
+one side only. An expectations file (--expect) acknowledges known differences with their reasons.
+
+With no arguments: builds the tiny checkpoint, launches real vLLM 0.32 with the legacy profile
+(hermes + qwen3) and the hf profile at once, runs the gate with the shipped expectations for that
+switch (conformance/expectations/vllm-0.32-legacy-to-hf.yaml) and writes everything under
+reports/gate-<time>/: gate.json, report.md, report.html, timing.png, junit.xml, and each side's
+run in baseline/ and candidate/ (`conformance compare` re-judges those with no server).
+
+A TARGET is a profile name (launched on --model, default the tiny checkpoint) or a server URL
+ending in /v1 (then give --baseline-model/--candidate-model and --baseline-profile/--candidate-profile,
+the profile whose expectations apply).
+
+examples:
+  conformance gate
+  conformance gate --no-expect                      # every legacy -> hf difference, unacknowledged
+  conformance gate --baseline http://10.0.0.5:8000/v1 --baseline-model m --baseline-profile legacy \\
+                   --candidate http://127.0.0.1:8001/v1 --candidate-model m --candidate-profile hf \\
+                   --expect my-expectations.yaml
+"""
+
+COMPARE_DESCRIPTION = """\
+Compare two recorded runs (directories written by `conformance run --out` or the baseline/ and
+candidate/ folders of a gate) exactly as `conformance gate` compares live servers, with no server:
+the same differences, expectations, verdict and reports.
+
+example:
+  conformance compare reports/gate-X/baseline reports/gate-X/candidate --expect expect.yaml --out /tmp/cmp
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    gate = add_verb(subparsers, "gate", "baseline vs candidate: every client-visible difference and a CI verdict",
+                    GATE_DESCRIPTION)
+    for side, default in (("baseline", "legacy"), ("candidate", "hf")):
+        gate.add_argument(f"--{side}", metavar="TARGET", default=default,
+                          help=f"profile to launch or server URL (default: {default})")
+        gate.add_argument(f"--{side}-model", metavar="NAME", help=f"model name the {side} URL serves")
+        gate.add_argument(f"--{side}-profile", metavar="NAME", help=f"profile whose expectations apply to the {side} URL")
+    gate.add_argument("--model", metavar="DIR_OR_REPO",
+                      help="checkpoint directory or Hub repo id for launched profiles (default: the tiny checkpoint, built)")
+    gate.add_argument("--cases", type=Path, metavar="DIR", help="case directory (default: the shipped cases)")
+    gate.add_argument("--case", action="append", default=[], metavar="ID", help="only this case (repeatable)")
+    gate.add_argument("--feature", action="append", default=[], metavar="TAG", help="only cases with this tag (repeatable)")
+    gate.add_argument("--origin", default=None, metavar="ORIGIN",
+                      help="browser origin of the CORS preflight sent to both sides (default: http://localhost:3000)")
+    gate.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
+                      help=f"requests in flight per side (default: {DEFAULT_CONCURRENCY})")
+    gate.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
+                      help=f"seconds per request (default: {DEFAULT_TIMEOUT:g})")
+    gate.add_argument("--api-key", default="EMPTY", metavar="KEY", help="API key sent to both servers")
+    gate.add_argument("--forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP + " (per side)")
+    _common(gate, "reports/gate-<time>")
+    gate.set_defaults(func=run_gate)
+
+    compare = add_verb(subparsers, "compare", "compare two recorded runs as the gate does, with no server",
+                       COMPARE_DESCRIPTION)
+    compare.add_argument("baseline", type=Path, metavar="RUN_A", help="the baseline's run directory")
+    compare.add_argument("candidate", type=Path, metavar="RUN_B", help="the candidate's run directory")
+    _common(compare, "<RUN_B>/../compare-<time>")
+    compare.set_defaults(func=run_compare)
+
+
+def _common(parser: argparse.ArgumentParser, default_out: str) -> None:
+    expect = parser.add_mutually_exclusive_group()
+    expect.add_argument("--expect", type=Path, metavar="FILE", help="expectations file acknowledging known differences "
+                        "(default for the legacy -> hf gate: the shipped one)")
+    expect.add_argument("--no-expect", action="store_true", help="acknowledge nothing")
+    parser.add_argument("--strict", action="store_true", help="stale acknowledgements fail the gate too")
+    parser.add_argument("--out", type=Path, metavar="DIR", help=f"output directory (default: {default_out})")
+
+
+def _error(verb: str, message: str) -> int:
+    print(f"conformance {verb}: error: {message}", file=sys.stderr)
+    return exit_codes.ERROR
+
+
+def _stamp_time() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def _expectations(args: argparse.Namespace, default_pair: bool) -> list[Any]:
+    from conformance.expectations import DEFAULT_PAIR_FILE, load_expectations
+
+    if args.no_expect:
+        return []
+    if args.expect is not None:
+        return load_expectations(args.expect)
+    return load_expectations(DEFAULT_PAIR_FILE) if default_pair else []
+
+
+def _check_selectors(entries: list[Any], recordings: list[Any], cases_dir: Path | None) -> list[str]:
+    """Entries naming a case or feature neither the recordings nor the case set know (typos)."""
+    from conformance.cases import CaseFileError, load_features, load_suite
+    from conformance.expectations import unknown_selectors
+
+    case_ids = {t.case_id for recording in recordings for t in recording.transcripts}
+    try:
+        case_ids |= {case.id for case in load_suite(cases_dir)}
+        features = set(load_features(cases_dir))
+    except CaseFileError:
+        features = set()
+    features |= {tag for recording in recordings for result in recording.results for tag in result.features}
+    return unknown_selectors(entries, case_ids, features)
+
+
+def _finish(gate: dict[str, Any], out_dir: Path) -> int:
+    """Write gate.json and every gate report, print the verdict and the unacknowledged differences."""
+    import json
+
+    from conformance.gate import GATE_FILE, exit_code_of
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / GATE_FILE).write_text(json.dumps(gate, indent=1, ensure_ascii=False) + "\n", "utf-8")
+    paths = {"gate": out_dir / GATE_FILE, **_write_gate_reports(out_dir, gate)}
+    for difference in gate["differences"]:
+        if difference["acknowledged"] is None:
+            print(f"  {difference['case_id']}[{difference['mode']}] {difference['kind']}: {difference['summary']}")
+    for entry in gate["stale"]:
+        print(f"  stale: {entry['source']} {entry['kind']} {entry['selector']}")
+    print(gate["verdict"]["line"])
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return exit_code_of(gate)
+
+
+def _write_gate_reports(out_dir: Path, gate: dict[str, Any]) -> dict[str, Path]:
+    from conformance.report.gate import write_gate_reports
+
+    return write_gate_reports(out_dir, gate)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from conformance.expectations import ExpectationsError
+    from conformance.gate import build_gate, read_run_dir
+    from conformance.transcript import TranscriptError
+
+    try:
+        recordings = [read_run_dir(args.baseline), read_run_dir(args.candidate)]
+        default_pair = [r.stamp.get("profile") for r in recordings] == ["legacy", "hf"]
+        entries = _expectations(args, default_pair)
+    except (TranscriptError, ExpectationsError) as exc:
+        return _error("compare", str(exc))
+    problems = _check_selectors(entries, recordings, None)
+    if problems:
+        return _error("compare", "\n".join(problems))
+    cors = _recorded_cors(args.candidate.parent)
+    gate = build_gate(*recordings, entries, strict=args.strict, cors=cors)
+    return _finish(gate, args.out or args.candidate.resolve().parent / f"compare-{_stamp_time()}")
+
+
+def _recorded_cors(gate_dir: Path) -> dict[str, Any] | None:
+    """The CORS section of the live gate whose sides are being compared (preflights are not cases)."""
+    import json
+
+    from conformance.gate import GATE_FILE
+
+    try:
+        return json.loads((gate_dir / GATE_FILE).read_text("utf-8")).get("cors")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def run_gate(args: argparse.Namespace) -> int:
+    from conformance.cases import CaseFileError, load_features, load_suite
+    from conformance.engine import select_cases
+    from conformance.expectations import ExpectationsError
+    from conformance.gate import build_gate
+    from conformance.gate_live import DEFAULT_ORIGIN, GateSetupError, GateSide, run_gate_sides, targets_for
+    from conformance.server import PROFILES
+
+    sides = []
+    for name in ("baseline", "candidate"):
+        target, model, profile = (getattr(args, f"{name}{suffix}") for suffix in ("", "_model", "_profile"))
+        if "://" in target:
+            if not (model and profile):
+                return _error("gate", f"--{name} URL needs --{name}-model and --{name}-profile")
+            sides.append(GateSide(name, profile, base_url=target, model=model))
+        elif target in PROFILES:
+            sides.append(GateSide(name, target))
+        else:
+            return _error("gate", f"--{name}: {target!r} is neither a URL nor a profile ({', '.join(PROFILES)})")
+    if args.concurrency < 1 or not args.timeout > 0:
+        return _error("gate", "--concurrency must be at least 1 and --timeout a positive number of seconds")
+    default_pair = [(s.profile, s.base_url) for s in sides] == [("legacy", None), ("hf", None)]
+    try:
+        unknown = sorted(set(args.feature) - set(load_features(args.cases)))
+        if unknown:
+            return _error("gate", f"unknown feature tag(s): {', '.join(unknown)}")
+        cases = select_cases(load_suite(args.cases), args.case, args.feature)
+        entries = _expectations(args, default_pair)
+    except (CaseFileError, ExpectationsError, ValueError) as exc:
+        return _error("gate", str(exc))
+    if not cases:
+        return _error("gate", "no case matches the selection")
+    problems = _check_selectors(entries, [], args.cases)  # before any server is started
+    if problems:
+        return _error("gate", "\n".join(problems))
+    out_dir = args.out or Path("reports") / f"gate-{_stamp_time()}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint, revision = _checkpoint(args, out_dir, sides)
+    print(f"gate: {sides[0].profile} -> {sides[1].profile}, {len(cases)} cases; writing to {out_dir}", file=sys.stderr)
+    try:
+        with targets_for(sides, checkpoint, out_dir, api_key=args.api_key, timeout=args.timeout,
+                         forcing=forcing_fields(args.forcing), checkpoint_revision=revision) as runs:
+            recordings, cors = run_gate_sides(runs, cases, out_dir, concurrency=args.concurrency,
+                                              origin=args.origin or DEFAULT_ORIGIN)
+    except GateSetupError as exc:
+        return _error("gate", str(exc))
+    return _finish(build_gate(*recordings, entries, strict=args.strict, cors=cors), out_dir)
+
+
+def _checkpoint(args: argparse.Namespace, out_dir: Path, sides: list[Any]) -> tuple[Path | str | None, str | None]:
+    """The checkpoint launched sides serve: --model, else the tiny one built into the output directory."""
+    if all(side.base_url for side in sides):
+        return args.model, None
+    if args.model is not None:
+        return args.model, None
+    from conformance.commands.run import _directory_digest
+    from conformance.fixture import build_fixture
+
+    checkpoint = build_fixture(out_dir / "checkpoint", variant="full")
+    return checkpoint, _directory_digest(checkpoint)

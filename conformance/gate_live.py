@@ -1,0 +1,135 @@
+"""A live gate: both sides' servers (launched together, or attached by URL), the same cases sent to both
+at once, each side recorded as an ordinary run directory, plus a CORS preflight from a browser origin.
+
+`GateSide` says where one side is: a profile launched on a checkpoint (the tiny one by default), or
+a URL with the model name and the profile whose expectations apply. `run_gate_sides` starts what
+needs starting (every server at once: vLLM's start-up dominates), runs both case sets concurrently
+through the one engine, and stops every server it started, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conformance.cases import PREFLIGHT_MODES, Case
+from conformance.driver import Target, make_clients, send
+from conformance.engine import RunOutput, markers_for_checkpoint, run_async, write_reports
+from conformance.gate import Recording
+
+DEFAULT_BASELINE, DEFAULT_CANDIDATE = "legacy", "hf"
+DEFAULT_ORIGIN = "http://localhost:3000"
+
+
+@dataclass(frozen=True)
+class GateSide:
+    name: str  # "baseline" | "candidate"
+    profile: str  # whose expectations apply (and, when launched, which server flags)
+    base_url: str | None = None  # attach to this server instead of launching one
+    model: str | None = None  # the served model name (attached servers)
+
+
+@dataclass
+class SideRun:
+    side: GateSide
+    target: Target
+    markers: tuple[str, ...]
+    startup_seconds: float | None = None  # None: attached, not launched
+    output: RunOutput | None = None
+
+
+@contextlib.contextmanager
+def targets_for(sides: Sequence[GateSide], checkpoint: Path | str | None, out_dir: Path, *, api_key: str, timeout: float,
+                forcing: dict[str, Any], checkpoint_revision: str | None) -> Iterator[list[SideRun]]:
+    """A Target per side; launched servers all start at once and are stopped on leaving."""
+    from conformance.server import ServerStartError, start
+
+    launched = {side.name: start(side.profile, checkpoint, log_dir=out_dir / side.name)
+                for side in sides if side.base_url is None}  # fmt: skip
+    try:
+        with ThreadPoolExecutor(max(1, len(launched))) as pool:
+            waits = {name: pool.submit(process.wait_until_healthy) for name, process in launched.items()}
+            servers = {}
+            for name, wait in waits.items():
+                try:
+                    servers[name] = wait.result()
+                except ServerStartError as exc:
+                    raise GateSetupError(f"could not start the {name} server: {exc}") from exc
+                print(f"{name}: vLLM {servers[name].version} ({servers[name].profile.name}) healthy after "
+                      f"{servers[name].startup_seconds:.1f} s", file=sys.stderr)
+        runs = []
+        for side in sides:
+            server = servers.get(side.name)
+            target = Target(
+                base_url=server.base_url if server else side.base_url, model=server.model if server else side.model,
+                profile=side.profile, api_key=api_key, timeout=timeout, **forcing,
+                version=server.version if server else None, args=tuple(server.args) if server else (),
+                checkpoint_revision=checkpoint_revision if server else None,
+            )  # fmt: skip
+            local = server is not None and checkpoint is not None and Path(checkpoint).is_dir()  # else a Hub repo id
+            runs.append(SideRun(side, target, markers_for_checkpoint(Path(checkpoint) if local else None),
+                                round(server.startup_seconds, 1) if server else None))
+        yield runs
+    finally:
+        for process in launched.values():
+            process.stop()
+
+
+class GateSetupError(Exception):
+    """A side's server could not be started or reached."""
+
+
+async def _run_both(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Path, concurrency: int,
+                    origin: str) -> dict[str, Any]:
+    outputs = await asyncio.gather(*(
+        run_async(cases, run.target, out_dir / run.side.name, concurrency=concurrency, markers=run.markers,
+                  progress=index == 0)  # one progress display: both sides advance together
+        for index, run in enumerate(runs)
+    ))  # fmt: skip
+    for run, output in zip(runs, outputs):
+        run.output = output
+    preflights = await asyncio.gather(*(send_preflight(run.target, origin) for run in runs))
+    return {"origin": origin, "path": "/v1/chat/completions",
+            **{run.side.name: preflight for run, preflight in zip(runs, preflights)}}
+
+
+def run_gate_sides(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Path, *, concurrency: int,
+                   origin: str) -> tuple[list[Recording], dict[str, Any]]:
+    """Run the cases on every side at once, write each side's run reports; (recordings, CORS section)."""
+    cors = asyncio.run(_run_both(runs, cases, out_dir, concurrency, origin))
+    recordings = []
+    for run in runs:
+        assert run.output is not None
+        side_dir = out_dir / run.side.name
+        write_reports(side_dir, run.output.results, run.output.stamp, run.output.transcripts)
+        recordings.append(Recording(run.side.profile, run.output.transcripts, run.output.results, run.output.stamp,
+                                    run.side.name, run.startup_seconds))
+    return recordings, cors
+
+
+def preflight_case(origin: str) -> Case:
+    """The CORS preflight a browser app at `origin` sends before a streaming chat call."""
+    return Case(id="gate-cors-preflight", description=f"CORS preflight from {origin}", features=("cors",),
+                references=(), modes=PREFLIGHT_MODES, endpoint="preflight",
+                request={"origin": origin, "method": "POST", "headers": ["authorization", "content-type"]},
+                force=None, expect={}, natural=None, source=Path("<gate>"), index=0, line=0)
+
+
+async def send_preflight(target: Target, origin: str) -> dict[str, Any]:
+    """Status, the CORS headers and the body a browser at `origin` gets from `target`."""
+    async with make_clients(target) as clients:
+        transcript = await send(clients, target, preflight_case(origin), "non-stream", forcing=None)
+    if transcript.transport_error or transcript.response is None:
+        return {"status": None, "headers": {}, "body": transcript.transport_error or "no answer"}
+    headers = transcript.response.get("headers") or {}
+    return {"status": transcript.status,
+            "headers": {name: headers.get(name) for name in ("access-control-allow-origin",
+                                                             "access-control-allow-methods",
+                                                             "access-control-allow-headers", "vary")},
+            "body": str(transcript.response.get("body") or "")[:300]}

@@ -1,0 +1,425 @@
+"""What every gate report shows, worked out once from a gate dict (see gate.json): the differences
+grouped by (case, mode, kind) with their ids, unacknowledged first; what a client must do about each;
+the stamp rows of both sides; the timing figures and the CORS meaning in words.
+
+Text for people comes as *segments*: a list of `str` (plain text) and `Code` (shown as code), so each
+renderer escapes it its own way and no server string is ever parsed as markup."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from conformance.report.stamp import stamp_lines
+
+Side = Literal["baseline", "candidate"]
+SIDES: tuple[Side, ...] = ("baseline", "candidate")
+RowState = Literal["unchanged", "acknowledged", "unacknowledged"]
+
+
+class Code(str):
+    """A segment shown as code (a value, a flag, a field name)."""
+
+
+Segments = list[str]  # items are plain `str` or `Code`
+
+KIND_TITLES = {
+    "request_refused": "request newly refused",
+    "request_accepted": "request newly accepted",
+    "message": "parsed message differs",
+    "reasoning_field": "reasoning field name differs",
+    "stream_shape": "stream shape differs",
+    "finish_reason": "finish_reason differs",
+    "usage": "usage differs",
+    "client_replay": "openai-python rebuilds the message differently",
+    "outcome": "case outcome differs",
+}
+METRIC_TITLES = {
+    "first_byte": "first byte",
+    "first_reasoning": "first reasoning delta",
+    "first_content": "first content delta",
+    "first_tool_name": "first tool name visible",
+    "tool_call_complete": "tool call complete",
+}
+VERDICT_ICONS = {"pass": "✅", "fail": "❌", "error": "💥"}
+
+# Shown as \uXXXX: C0/C1 controls, lone surrogates, line/paragraph separators, bidi controls, BOM,
+# noncharacters. None of them is valid (or visible, or harmless) in Markdown, HTML and XML alike.
+_HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufffe\uffff\ud800-\udfff]")
+_HIDDEN_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufffe\uffff\ud800-\udfff]")
+
+
+def printable(text: str, keep_newlines: bool = False) -> str:
+    """`text` with every invisible or control character written as `\\n` / `\\uXXXX`."""
+    pattern = _HIDDEN_BUT_NEWLINE if keep_newlines else _HIDDEN
+    return pattern.sub(lambda m: "\\n" if m.group() == "\n" else f"\\u{ord(m.group()):04x}", text)
+
+
+def shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def plain(value: Any, limit: int = 300) -> str:
+    """A one-line display of `value`: strings as they are, anything else as compact JSON."""
+    text = value if isinstance(value, str) else json_text(value)
+    return shorten(printable(text), limit)
+
+
+def json_text(value: Any, limit: int | None = None) -> str:
+    """Compact JSON of `value` (strings quoted, so `"5"` and `5` stay apart), control characters escaped."""
+    text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
+    text = printable(text)
+    return shorten(text, limit) if limit else text
+
+
+def code_segments(text: str) -> Segments:
+    """Free text from an expectations file: `backticked` parts become Code, the rest stays plain."""
+    parts = printable(text).split("`")
+    return [Code(p) if i % 2 else p for i, p in enumerate(parts) if p]
+
+
+def anchor(prefix: str, *parts: str) -> str:
+    """An HTML id / URL fragment: `prefix-part-part`, anything outside [A-Za-z0-9._-] turned into `_`."""
+    return "-".join([prefix, *(re.sub(r"[^A-Za-z0-9._-]", "_", str(p)) for p in parts)])
+
+
+def labels(gate: Mapping[str, Any]) -> dict[Side, str]:
+    sides = gate.get("sides") or {}
+    return {side: plain((sides.get(side) or {}).get("label") or side, 60) for side in SIDES}
+
+
+@dataclass(frozen=True)
+class DifferenceGroup:
+    """The differences of one case, mode and kind (one JUnit testcase, one `#diff-...` id)."""
+
+    case_id: str
+    mode: str
+    kind: str
+    anchor: str
+    members: tuple[Mapping[str, Any], ...]
+
+    @property
+    def acknowledged(self) -> bool:
+        return all(m.get("acknowledged") for m in self.members)
+
+    @property
+    def title(self) -> str:
+        return KIND_TITLES.get(self.kind, self.kind)
+
+    @property
+    def summary(self) -> str:
+        return "; ".join(dict.fromkeys(plain(m.get("summary") or self.title, 400) for m in self.members))
+
+    @property
+    def features(self) -> list[str]:
+        return list(self.members[0].get("features") or [])
+
+
+def difference_groups(gate: Mapping[str, Any]) -> list[DifferenceGroup]:
+    """Differences grouped by (case, mode, kind): unacknowledged first, then in case-file order."""
+    order = {str(b.get("case_id")): i for i, b in enumerate(gate.get("behaviours") or [])}
+    grouped: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    for difference in gate.get("differences") or []:
+        key = (str(difference.get("case_id")), str(difference.get("mode")), str(difference.get("kind")))
+        grouped.setdefault(key, []).append(difference)
+    groups, used = [], set()
+    for (case_id, mode, kind), members in grouped.items():
+        ident = anchor("diff", case_id, mode, kind)
+        while ident in used:  # two keys that read alike once sanitized
+            ident += "_"
+        used.add(ident)
+        groups.append(DifferenceGroup(case_id, mode, kind, ident, tuple(members)))
+    return sorted(groups, key=lambda g: (g.acknowledged, order.get(g.case_id, len(order)), g.mode, g.kind))
+
+
+def groups_of_case(groups: Sequence[DifferenceGroup], case_id: str) -> list[DifferenceGroup]:
+    return [g for g in groups if g.case_id == case_id]
+
+
+def row_state(behaviour: Mapping[str, Any]) -> RowState:
+    if not behaviour.get("changed"):
+        return "unchanged"
+    return "acknowledged" if behaviour.get("acknowledged") else "unacknowledged"
+
+
+def behaviours_by_feature(gate: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
+    """Behaviour rows under their first feature (so each case appears once), features in name order."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for behaviour in gate.get("behaviours") or []:
+        features = behaviour.get("features") or ["(no feature)"]
+        grouped.setdefault(str(features[0]), []).append(behaviour)
+    return dict(sorted(grouped.items()))
+
+
+def all_features(gate: Mapping[str, Any]) -> list[str]:
+    return sorted({str(f) for b in gate.get("behaviours") or [] for f in b.get("features") or []})
+
+
+def verdict(gate: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(icon, OUTCOME, the verdict line) as the gate decided it."""
+    v = gate.get("verdict") or {}
+    outcome = str(v.get("outcome") or "error")
+    return VERDICT_ICONS.get(outcome, "💥"), outcome.upper(), plain(v.get("line") or "no verdict recorded", 500)
+
+
+def stamp_rows(gate: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, baseline, candidate) rows: results counts, then the stamp fields either side knows."""
+    sides = gate.get("sides") or {}
+    stamps = [stamp_lines((sides.get(s) or {}).get("stamp") or {}) for s in SIDES]
+    rows = [("results", *(_counts_text((sides.get(s) or {}).get("summary")) for s in SIDES))]
+    rows += [(label, plain(b, 400), plain(c, 400)) for (label, b), (_, c) in zip(*stamps)
+             if (b, c) != ("unknown", "unknown") and label != "report time"]
+    return rows
+
+
+def _counts_text(summary: Mapping[str, Any] | None) -> str:
+    if not summary:
+        return "unknown"
+    counts = summary.get("counts") or {}
+    return f"{summary.get('total', '?')} results: " + ", ".join(f"{n} {o}" for o, n in counts.items())
+
+
+def difference_values(member: Mapping[str, Any]) -> tuple[str, str]:
+    return json_text(member.get("baseline"), 300), json_text(member.get("candidate"), 300)
+
+
+def excerpt(member: Mapping[str, Any]) -> dict[str, str | None]:
+    """The request and both answers, one line each (None where the gate recorded none)."""
+    found = member.get("excerpt") or {}
+    request = found.get("request")
+    return {
+        "request": None if request is None else plain(request, 400),
+        "baseline": None if found.get("baseline") is None else plain(found["baseline"], 400),
+        "candidate": None if found.get("candidate") is None else plain(found["candidate"], 400),
+    }
+
+
+def acknowledgement(member: Mapping[str, Any]) -> dict[str, str] | None:
+    ack = member.get("acknowledged")
+    if not ack:
+        return None
+    return {key: plain(ack.get(key), 400) for key in ("reason", "reference", "source") if ack.get(key)}
+
+
+# ---- what a client must do ----------------------------------------------------------------------
+
+
+def client_action(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
+    """The acknowledgement's `client_action` when the team wrote one, else a default for the kind,
+    worded from the recorded values."""
+    ack = member.get("acknowledged") or {}
+    if ack.get("client_action"):
+        return code_segments(shorten(str(ack["client_action"]), 600))
+    rule = _DEFAULT_ACTIONS.get(str(member.get("kind")), _review)
+    return rule(member, side_labels)
+
+
+def _status(value: Any) -> str:
+    return str(value.get("status")) if isinstance(value, Mapping) and value.get("status") is not None else "?"
+
+
+def _sent(member: Mapping[str, Any], param: str) -> Any:
+    request = (member.get("excerpt") or {}).get("request")
+    return request.get(param) if isinstance(request, Mapping) else None
+
+
+def _refused(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
+    answer = member.get("candidate") if isinstance(member.get("candidate"), Mapping) else {}
+    param = str(answer.get("param") or member.get("field") or "")
+    sent = _sent(member, param)
+    refusal: Segments = [" is refused by ", Code(side_labels["candidate"]), " with HTTP ", Code(_status(answer)),
+                         *((" param ", Code(param)) if param else ())]
+    if param == "tool_choice" and sent == "required":
+        advice: Segments = ["send ", Code('tool_choice: "auto"'), "; ", Code('"required"'), *refusal,
+                            ", and a tool call is no longer forced: handle an answer without one"]
+    elif param == "tool_choice" and isinstance(sent, Mapping):
+        advice = ["send ", Code('tool_choice: "auto"'), " and name the tool in the prompt; a named tool choice",
+                  *refusal, ", and the model may then call another tool or none"]
+    elif param == "tools":
+        advice = ["drop ", Code("strict: true"), " from the tool definitions; a strict tool", *refusal,
+                  ", so validate the arguments against the schema yourself"]
+    elif param == "parallel_tool_calls" and sent is False:
+        advice = ["omit ", Code("parallel_tool_calls"), " (or send ", Code("null"), "); ",
+                  Code("parallel_tool_calls: false"), *refusal, ", so keep only the first tool call yourself"]
+    elif param:
+        advice = ["stop sending ", Code(f"{param}: {json_text(sent, 120)}" if sent is not None else param), *refusal]
+    else:
+        advice = ["this request", *refusal]
+    return [*advice, "; openai-python raises ", Code("openai.BadRequestError"), " from ", Code("create()"), "."]
+
+
+def _accepted(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
+    before = member.get("baseline") if isinstance(member.get("baseline"), Mapping) else {}
+    param = before.get("param") or member.get("field")
+    what: Segments = ["this request (", Code(str(param)), ")"] if param else ["this request"]
+    return [*what, " is now answered by ", Code(side_labels["candidate"]), " (HTTP ", Code(_status(member.get("candidate"))),
+            ") where ", Code(side_labels["baseline"]), " refused it with HTTP ", Code(_status(before)),
+            ": code that relied on the refusal (a fallback, a feature probe) now gets a normal answer."]
+
+
+def _message(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
+    field = str(member.get("field") or "message")
+    base, cand = difference_values(member)
+    if field == "content" and member.get("baseline") in (None, "") and member.get("candidate") not in (None, ""):
+        lead: Segments = ["content now arrives beside the tool calls; show or drop ", Code("message.content"),
+                          " on purpose instead of assuming it is empty when there are tool calls"]
+    elif field.endswith("arguments"):
+        lead = ["parse ", Code(field), " as JSON and accept the types of the tool's schema (values may arrive cast, ",
+                "e.g. ", Code('"5"'), " as ", Code("5"), "); never compare the raw string"]
+    else:
+        lead = ["read ", Code(field), " as the candidate gives it"]
+    return [*lead, ": ", Code(side_labels["baseline"]), " gave ", Code(base), ", ", Code(side_labels["candidate"]),
+            " gives ", Code(cand), "."]
+
+
+def _reasoning_field(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
+    base, cand = (plain(member.get(s), 80) for s in SIDES)
+    return ["read the reasoning from ", Code(cand), " (", Code(side_labels["baseline"]), " used ", Code(base),
+            "); reading both keeps a client working with either server."]
+
+
+def _stream_shape(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
+    base, cand = difference_values(member)
+    field = member.get("field")
+    where: Segments = [" (", Code(str(field)), ": ", Code(side_labels["baseline"]), " ", Code(base), ", ",
+                       Code(side_labels["candidate"]), " ", Code(cand), ")"]
+    return ["accumulate each tool call's ", Code("function.arguments"), " by concatenating the deltas of its ",
+            Code("index"), " and parse them only after ", Code("finish_reason"), "; do not expect the name or the ",
+            "arguments in a particular chunk or in a particular number of deltas", *where, "."]
+
+
+def _finish_reason(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
+    base, cand = difference_values(member)
+    return ["handle ", Code(f"finish_reason: {cand}"), " where ", Code(side_labels["baseline"]), " sent ", Code(base),
+            "; decide on tool calls from ", Code("message.tool_calls"), ", not from ", Code("finish_reason"), " alone."]
+
+
+def _usage(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
+    base, cand = difference_values(member)
+    return ["do not depend on ", Code(str(member.get("field") or "usage")), ": ", Code(side_labels["candidate"]),
+            " reports ", Code(cand), " where ", Code(side_labels["baseline"]), " reported ", Code(base), "."]
+
+
+def _client_replay(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
+    base, cand = difference_values(member)
+    return ["if you use openai-python's stream accumulator (", Code("client.chat.completions.stream()"), ", ",
+            Code("ChatCompletionStreamState"), "), check its final message: it comes out as ", Code(cand), " under ",
+            Code(side_labels["candidate"]), " and ", Code(base), " under ", Code(side_labels["baseline"]), "."]
+
+
+def _outcome(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
+    base, cand = difference_values(member)
+    return ["not a client change: the case is ", Code(base), " under ", Code(side_labels["baseline"]), " and ",
+            Code(cand), " under ", Code(side_labels["candidate"]), "; read the candidate run's failed checks ",
+            "(", Code("candidate/results.jsonl"), ") before switching."]
+
+
+def _review(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
+    base, cand = difference_values(member)
+    return ["review ", Code(str(member.get("field") or member.get("kind"))), ": ", Code(side_labels["baseline"]), " ",
+            Code(base), ", ", Code(side_labels["candidate"]), " ", Code(cand), "."]
+
+
+_DEFAULT_ACTIONS = {
+    "request_refused": _refused,
+    "request_accepted": _accepted,
+    "message": _message,
+    "reasoning_field": _reasoning_field,
+    "stream_shape": _stream_shape,
+    "finish_reason": _finish_reason,
+    "usage": _usage,
+    "client_replay": _client_replay,
+    "outcome": _outcome,
+}
+
+
+# ---- timing ------------------------------------------------------------------------------------
+
+
+def seconds(value: Any) -> str:
+    """A duration for people: `12 ms`, `1.20 s`, `-3 ms`; `n/a` when not measured."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "n/a"
+    return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.2f} s"
+
+
+def _stats_text(stats: Any) -> str:
+    if not isinstance(stats, Mapping) or not stats.get("n"):
+        return "not seen"
+    return f"{seconds(stats.get('p50'))} / {seconds(stats.get('p90'))} / {seconds(stats.get('max'))} (n={stats['n']})"
+
+
+def timing_rows(gate: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(metric, baseline p50/p90/max, candidate p50/p90/max) per metric."""
+    timing = gate.get("timing") or {}
+    summary = timing.get("summary") or {}
+    return [(METRIC_TITLES.get(str(m), str(m)), *(_stats_text((summary.get(s) or {}).get(m)) for s in SIDES))
+            for m in timing.get("metrics") or []]
+
+
+def timing_sentence(gate: Mapping[str, Any]) -> Segments:
+    """How much later (or earlier) the first tool name becomes visible under the candidate."""
+    side_labels = labels(gate)
+    delay = ((gate.get("timing") or {}).get("summary") or {}).get("first_tool_name_delay") or {}
+    if not delay.get("n") or not isinstance(delay.get("p50"), (int, float)):
+        return ["No streamed case showed a tool name under both servers, so the delay of the first visible tool "
+                "name was not measured."]
+    p50 = delay["p50"]
+    when = f"{seconds(abs(p50))} later" if p50 > 0 else f"{seconds(abs(p50))} earlier" if p50 < 0 else "at the same time"
+    return ["Under ", Code(side_labels["candidate"]), " the first tool name becomes visible ", when, " than under ",
+            Code(side_labels["baseline"]), f" (median over {delay['n']} streamed case runs; p90 {seconds(delay.get('p90'))}, "
+            f"max {seconds(delay.get('max'))}). A client that shows the tool being called as soon as its name "
+            "streams shows it that much later."]
+
+
+# ---- browser clients (CORS) --------------------------------------------------------------------
+
+
+def _headers(side: Mapping[str, Any]) -> dict[str, Any]:
+    return {str(k).lower(): v for k, v in (side.get("headers") or {}).items()}
+
+
+def cors_rows(cors: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(what, baseline, candidate): status, each header either side sent (or `absent`), the body."""
+    sides = [cors.get(s) or {} for s in SIDES]
+    names = sorted({name for side in sides for name in _headers(side)})[:40]
+    rows = [("status", *(plain(side.get("status") if side.get("status") is not None else "no answer") for side in sides))]
+    for name in names:
+        values = [_headers(side).get(name) for side in sides]
+        rows.append((name, *("absent" if v is None else plain(v, 200) for v in values)))
+    rows.append(("body", *(plain(side.get("body") if side.get("body") is not None else "", 200) for side in sides)))
+    return rows
+
+
+def cors_allows(side: Mapping[str, Any], origin: str) -> bool:
+    allowed = _headers(side).get("access-control-allow-origin")
+    return side.get("status") == 200 and allowed in (origin, "*")
+
+
+def cors_meaning(gate: Mapping[str, Any]) -> list[Segments]:
+    """One sentence per side on what a browser app on the origin can do, then the remedy if needed."""
+    cors = gate.get("cors")
+    side_labels = labels(gate)
+    if not cors:
+        return [["No CORS preflight was sent, so browser access was not checked; run the gate with ",
+                 Code("--origin ORIGIN"), " to check it."]]
+    raw_origin = str(cors.get("origin") or gate.get("origin") or "")
+    origin = plain(raw_origin, 200)
+    sentences: list[Segments] = []
+    for side in SIDES:
+        answer = cors.get(side) or {}
+        if cors_allows(answer, raw_origin):
+            sentences.append(["A browser app on ", Code(origin), " may call ", Code(side_labels[side]), " directly."])
+        else:
+            sentences.append(["A browser app on ", Code(origin), " cannot call ", Code(side_labels[side]),
+                              " directly: its preflight got HTTP ", Code(plain(answer.get("status"))), " without a matching ",
+                              Code("Access-Control-Allow-Origin"), "."])
+    if not all(cors_allows(cors.get(side) or {}, raw_origin) for side in SIDES):
+        sentences.append(["vLLM 0.32 refuses cross-origin browser access by default (", Code("--allowed-origins"),
+                          " defaults to ", Code("[]"), "). To let browsers on that origin call a server, start it with ",
+                          Code(f"--allowed-origins '{json.dumps([origin])}'"), " (a JSON list), or serve the app and ",
+                          "the API from one origin behind a proxy."])
+    return sentences

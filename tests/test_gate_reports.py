@@ -1,0 +1,500 @@
+"""The gate's reports (report.md, report.html, timing.png, junit.xml, GitHub annotations) as views of
+hand-made gate dicts: what they show, that server strings cannot break out of any of them, the size
+cap, and report.html in a real headless Chromium."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import yaml
+from markdown_it import MarkdownIt
+from PIL import Image
+
+from conformance.report import gate_annotations, gate_chart, gate_html, gate_junit, gate_markdown, gate_view
+from conformance.report.gate import write_gate_reports
+from tests.chromium_cdp import CHROMIUM, Chromium
+from tests.gate_samples import HOSTILE, full_gate, huge_gate, passing_gate
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _md_html(markdown: str) -> str:
+    """The Markdown rendered as GitHub does in spirit: CommonMark + tables, raw HTML allowed."""
+    return MarkdownIt("commonmark", {"html": True}).enable("table").render(markdown)
+
+
+class _Tags(HTMLParser):
+    """Every start tag, the text inside <code>, and the script bodies of an HTML document."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.code_text: list[str] = []
+        self.scripts: list[str] = []
+        self._stack: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self._stack.append(tag)
+        if tag == "script":
+            self.scripts.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self._stack:
+            del self._stack[len(self._stack) - 1 - self._stack[::-1].index(tag):]
+
+    def handle_data(self, data: str) -> None:
+        if "code" in self._stack:
+            self.code_text.append(data)
+        if self._stack and self._stack[-1] == "script":
+            self.scripts[-1] += data
+
+
+def _parse(html: str) -> _Tags:
+    parser = _Tags()
+    parser.feed(html)
+    parser.close()
+    return parser
+
+
+def _unacknowledged(gate: dict) -> list[gate_view.DifferenceGroup]:
+    return [g for g in gate_view.difference_groups(gate) if not g.acknowledged]
+
+
+# ---- report.md ----------------------------------------------------------------------------------
+
+
+def test_markdown_opens_with_the_gates_own_verdict_line():
+    gate = full_gate()
+    gate["verdict"]["line"] = "7 unacknowledged differences, 1 acknowledged, 0 stale, 2 newly failing"
+    first = gate_markdown.render(gate).splitlines()[0]
+    assert first == "# ❌ FAIL: 7 unacknowledged differences, 1 acknowledged, 0 stale, 2 newly failing"
+    passing = gate_markdown.render(passing_gate()).splitlines()[0]
+    assert passing.startswith("# ✅ PASS: 0 unacknowledged differences")
+
+
+def test_markdown_lists_unacknowledged_differences_before_acknowledged_ones():
+    gate = full_gate()
+    text = gate_markdown.render(gate)
+    unack_at, ack_at = text.index("### Unacknowledged differences (12)"), text.index("### Acknowledged differences (2)")
+    assert unack_at < ack_at < text.index("## Behaviours by feature")
+    unack_table = text[unack_at:ack_at]
+    for group in gate_view.difference_groups(gate):
+        row = f"| `{group.case_id}` | `{group.mode}` | {gate_markdown.text(group.title)} |"
+        assert (row in unack_table) == (not group.acknowledged), row
+
+
+def test_markdown_follows_each_changed_row_with_excerpts_and_the_client_action():
+    gate = full_gate()
+    text = gate_markdown.render(gate)
+    for behaviour in gate["behaviours"]:
+        row_at = text.index(f"| `{behaviour['case_id']}` |", text.index("## Behaviours by feature"))
+        detail = f"#### `{behaviour['case_id']}` ·"
+        if behaviour["changed"]:
+            assert text.index(detail) > row_at
+        else:
+            assert detail not in text
+    # The team's own words win over the default, backticks made code.
+    assert "- **Client action**: send `tool_choice: auto`; check for a call yourself" in text
+    # The request and both answers of that difference.
+    assert '- **Request** (the fields that matter): `{"tool_choice": "required", "stream": true}`' in text
+    assert '- **`legacy` answered**: `HTTP 200, tool call get_weather({"city": "Paris"})`' in text
+    assert '- **Acknowledged**: hf cannot force a call (reference `docs/vllm-0.32-contract.md#2-1`, source `expect.yaml:12`)' in text
+
+
+def test_default_client_actions_are_worded_from_the_recorded_values():
+    gate = full_gate()
+    labels = gate_view.labels(gate)
+    by_case = {(d["case_id"], d["mode"], d["kind"]): d for d in gate["differences"]}
+    required = by_case[("tool-choice-required", "non-stream", "request_refused")]
+    action = "".join(gate_view.client_action(required, labels))
+    assert 'send tool_choice: "auto"; "required" is refused by hf with HTTP 400 param tool_choice' in action
+    assert "openai.BadRequestError" in action
+    # Other values, other words: a refusal of another parameter and status names those.
+    other = dict(required, candidate={"status": 422, "param": "max_tokens"}, excerpt={"request": {"max_tokens": 9}})
+    assert "".join(gate_view.client_action(other, labels)).startswith(
+        "stop sending max_tokens: 9 is refused by hf with HTTP 422 param max_tokens")
+    strict = "".join(gate_view.client_action(by_case[("strict-tool", "stream", "request_refused")], labels))
+    assert strict.startswith("drop strict: true from the tool definitions") and "param tools" in strict
+    cast = "".join(gate_view.client_action(by_case[("string-values-cast-to-integer", "stream", "message")], labels))
+    assert 'legacy gave {"days": "5"}, hf gives {"days": 5}' in cast
+    field = "".join(gate_view.client_action(by_case[("reasoning-only", "stream", "reasoning_field")], labels))
+    assert field.startswith("read the reasoning from reasoning (legacy used reasoning_content)")
+    for kind in gate_view.KIND_TITLES:  # every kind has its own advice, not the fallback
+        member = next(d for d in gate["differences"] if d["kind"] == kind)
+        assert not "".join(gate_view.client_action(member, labels)).startswith("review ")
+
+
+def test_markdown_shows_hostile_server_strings_as_text_only():
+    gate = full_gate()
+    text = gate_markdown.render(gate)
+    text.encode("utf-8")  # a lone surrogate would raise here
+    assert not re.search("[\x00-\x09\x0b-\x1f\u2028\ud800]", text)
+    html = _md_html(text)
+    parsed = _parse(html)
+    tags = {tag for tag, _ in parsed.tags}
+    assert not tags & {"script", "tool_call", "b", "img"}, tags
+    shown = gate_view.printable(HOSTILE)
+    assert any(shown in code for code in parsed.code_text)  # exactly as sent, as code
+    # Every table row keeps its columns although the strings hold `|`.
+    for table in re.findall(r"<table>.*?</table>", html, re.S):
+        widths = {len(re.findall(r"<t[hd][ >]", row)) for row in re.findall(r"<tr>.*?</tr>", table, re.S)}
+        assert len(widths) == 1, table[:300]
+
+
+def test_markdown_code_spans_survive_backticks_and_pipes():
+    for value in ["a`b", "``", "` x `", "|a|", "<tool_call>", "  ", " a ", " a", "&amp; *x*"]:
+        html = _md_html(f"| h |\n|---|\n| {gate_markdown.code(value, in_table=True)} |\n\n{gate_markdown.code(value)}\n")
+        shown = re.findall(r"<code>(.*?)</code>", html, re.S)
+        unescaped = [s.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&").replace("&quot;", '"') for s in shown]
+        assert unescaped == [value, value], (value, html)
+
+
+def test_markdown_stays_under_githubs_summary_cap_and_keeps_every_section():
+    gate = huge_gate()
+    assert len(json.dumps(gate)) > 30 * 1024 * 1024  # far more than fits
+    text = gate_markdown.render(gate)
+    assert len(text.encode()) <= gate_markdown.MAX_BYTES < 1024 * 1024
+    for heading in ("# ❌ FAIL:", "## Servers compared", "### Unacknowledged differences", "## Behaviours by feature",
+                    "## Stale expectations (1)", "## Timing (streaming)", "## Browser clients (CORS)"):
+        assert heading in text, heading
+    assert "not shown to keep this summary under GitHub's 1 MiB limit" in text
+    assert "more differences not shown" in text
+
+
+def test_markdown_without_differences_timing_or_preflight_says_so():
+    text = gate_markdown.render(passing_gate())
+    assert "No client-visible difference was found between the two servers." in text
+    assert "was not measured" in text
+    assert "No CORS preflight was sent" in text and "`--origin ORIGIN`" in text
+    assert "Stale expectations" not in text and "#### " not in text
+
+
+def test_markdown_timing_section_gives_the_first_tool_name_delay_and_links_the_chart():
+    gate = full_gate()
+    delay = gate["timing"]["summary"]["first_tool_name_delay"]
+    text = gate_markdown.render(gate)
+    assert (f"Under `hf` the first tool name becomes visible {delay['p50'] * 1000:.0f} ms later than under `legacy` "
+            f"(median over {delay['n']} streamed case runs") in text
+    assert "[`timing.png`](timing.png)" in text
+    gate["timing"]["summary"]["first_tool_name_delay"]["p50"] = -0.02
+    assert "becomes visible 20 ms earlier" in gate_markdown.render(gate)
+
+
+def test_cors_section_tells_browser_clients_what_each_server_allows():
+    gate = full_gate()
+    text = gate_markdown.render(gate)
+    assert "| access-control-allow-origin | `absent` | `absent` |" in text
+    assert "| access-control-max-age | `600` | `absent` |" in text  # header names compared case-insensitively
+    assert "cannot call `hf` directly" in text
+    assert "start it with `--allowed-origins '[\"http://localhost:3000\"]'`" in text
+    gate["cors"]["candidate"] = {"status": 200, "headers": {"Access-Control-Allow-Origin": "http://localhost:3000"}, "body": "OK"}
+    text = gate_markdown.render(gate)
+    assert "may call `hf` directly" in text and "cannot call `legacy` directly" in text
+    gate["cors"]["baseline"] = {"status": 200, "headers": {"access-control-allow-origin": "*"}, "body": "OK"}
+    assert "--allowed-origins" not in gate_markdown.render(gate)
+
+
+# ---- timing.png ---------------------------------------------------------------------------------
+
+
+def _pixels_near(image: Image.Image, color: str, tolerance: int = 40) -> int:
+    target = tuple(int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return sum(n for n, rgb in image.getcolors(1 << 20) if all(abs(a - b) <= tolerance for a, b in zip(rgb, target)))
+
+
+def test_chart_is_a_png_drawing_both_sides_and_the_delay():
+    png = gate_chart.render(full_gate())
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    assert 1000 <= image.width <= 2000 and 600 <= image.height <= 1500
+    for color in (gate_chart.COLORS["baseline"], gate_chart.COLORS["candidate"], gate_chart.DELAY_COLOR):
+        assert _pixels_near(image, color) > 200, color
+    empty = Image.open(io.BytesIO(gate_chart.render(passing_gate()))).convert("RGB")  # timing null
+    assert _pixels_near(empty, gate_chart.COLORS["candidate"]) == 0
+
+
+def test_chart_delays_are_per_case_candidate_minus_baseline():
+    cases = full_gate()["timing"]["cases"]
+    expected = [(c["candidate"]["first_tool_name"] - c["baseline"]["first_tool_name"]) * 1000
+                for c in cases if c["baseline"]["first_tool_name"] is not None]
+    assert gate_chart.tool_name_delays(cases) == pytest.approx(expected)
+    assert len(expected) == len(cases) - 1  # the case without a call has no delay
+
+
+def test_chart_labels_are_drawn_as_written():
+    gate = full_gate()
+    gate["sides"]["baseline"]["label"] = r"$\undefinedmacro{$ " + HOSTILE  # mathtext would refuse this
+    assert gate_chart.render(gate).startswith(b"\x89PNG")
+
+
+# ---- report.html --------------------------------------------------------------------------------
+
+
+def test_html_escapes_every_server_string():
+    gate = full_gate()
+    page = gate_html.render(gate, gate_chart.render(gate))
+    page.encode("utf-8")
+    parsed = _parse(page)
+    tags = {tag for tag, _ in parsed.tags}
+    assert tags <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "h4", "p", "b", "code", "span",
+                    "table", "thead", "tbody", "tr", "th", "td", "a", "div", "label", "select", "option", "section",
+                    "button", "dl", "dt", "dd", "img", "ul", "li", "hr", "script"}, tags
+    assert parsed.scripts == [gate_html.SCRIPT]  # one script, ours, whole
+    assert any(gate_view.printable(HOSTILE) in text for text in parsed.code_text)
+
+
+def test_html_is_self_contained():
+    gate = full_gate()
+    chart = gate_chart.render(gate)
+    parsed = _parse(gate_html.render(gate, chart))
+    for tag, attrs in parsed.tags:
+        for name in ("src", "href"):
+            value = attrs.get(name)
+            assert value is None or value.startswith(("#", "data:image/png;base64,")), (tag, value)
+    images = [a["src"] for t, a in parsed.tags if t == "img"]
+    assert [base64.b64decode(src.split(",", 1)[1]) for src in images] == [chart]
+    csp = next(a["content"] for t, a in parsed.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy")
+    assert "default-src 'none'" in csp
+
+
+def test_html_gives_every_row_and_difference_an_id():
+    gate = full_gate()
+    parsed = _parse(gate_html.render(gate))
+    ids = [a["id"] for _, a in parsed.tags if a.get("id")]
+    assert len(ids) == len(set(ids))
+    for behaviour in gate["behaviours"]:
+        assert gate_view.anchor("case", behaviour["case_id"]) in ids
+    for d in gate["differences"]:
+        assert f"diff-{d['case_id']}-{d['mode']}-{d['kind']}" in ids
+    # Links from the to-do list lead to those ids.
+    hrefs = {a["href"][1:] for t, a in parsed.tags if t == "a"}
+    assert {g.anchor for g in gate_view.difference_groups(gate)} <= hrefs
+    assert {a.get("data-state") for _, a in parsed.tags if "data-state" in a} == {"unchanged", "acknowledged", "unacknowledged"}
+
+
+def test_html_differences_of_one_case_mode_and_kind_share_one_id():
+    gate = full_gate()
+    twin = dict(gate["differences"][7], field="tool_calls[1].arguments", summary="second call cast too")
+    gate["differences"].insert(8, twin)
+    groups = gate_view.difference_groups(gate)
+    same = [g for g in groups if g.anchor == "diff-string-values-cast-to-integer-stream-message"]
+    assert len(same) == 1 and len(same[0].members) == 2
+    page = gate_html.render(gate)
+    assert page.count("id='diff-string-values-cast-to-integer-stream-message'") == 1
+    assert "second call cast too" in page
+
+
+def _visible(selector: str) -> str:
+    return (f"(function () {{ var e = document.querySelector({json.dumps(selector)}); if (!e) return false;"
+            " var r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0 &&"
+            " getComputedStyle(e).display !== 'none' && getComputedStyle(e).visibility !== 'hidden'; })()")
+
+
+def _in_viewport(element_id: str) -> str:
+    return (f"(function () {{ var r = document.getElementById({json.dumps(element_id)}).getBoundingClientRect();"
+            " return r.height > 0 && r.top >= 0 && r.top < window.innerHeight; })()")
+
+
+@pytest.fixture
+def browser(tmp_path):
+    if not CHROMIUM:
+        pytest.skip("chromium is not installed (scripts/bootstrap installs Debian's chromium where apt-get works)")
+    chromium = Chromium(tmp_path / "chromium-profile")
+    yield chromium
+    chromium.close()
+
+
+def test_html_in_headless_chromium_shows_the_table_and_the_chart_and_opens_fragments(browser, tmp_path):
+    gate = full_gate()
+    paths = write_gate_reports(tmp_path / "gate", gate)
+    url = paths["html"].as_uri()
+    browser.open(url)
+    assert browser.evaluate("document.body.dataset.ready") == "yes"  # the page script ran to the end
+    assert browser.evaluate(_visible("table.behaviours")) and browser.evaluate(_visible("table.todo"))
+    width = Image.open(paths["chart"]).width
+    assert browser.evaluate("[document.getElementById('timing-chart').complete, "
+                            "document.getElementById('timing-chart').naturalWidth]") == [True, width]
+    assert browser.evaluate(_visible("#timing-chart"))
+    assert browser.evaluate("document.querySelectorAll('tr.detail:not([hidden])').length") == 0
+    shot = browser.screenshot(tmp_path / "gate-report.png", full_page=True)
+    image = Image.open(shot).convert("RGB")
+    assert image.height > 2000 and _pixels_near(image, gate_chart.COLORS["candidate"]) > 200  # the chart drawn
+    assert _pixels_near(image, "#cf222e", 10) > 500  # the red unacknowledged marks
+    if os.environ.get("CONFORMANCE_ARTIFACTS"):
+        artifacts = Path(os.environ["CONFORMANCE_ARTIFACTS"])
+        artifacts.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, artifacts / shot.name)
+
+    # A difference's fragment (under an acknowledged row, while the filter shows only unacknowledged
+    # rows) resets the filter, expands its row and brings it into view.
+    target = "diff-reasoning-then-one-call-stream-stream_shape"
+    browser.open(f"{url}?outcome=unacknowledged#{target}")
+    assert browser.evaluate("document.getElementById('outcome').value") == "all"
+    assert browser.evaluate(f"document.getElementById({json.dumps(target)}).closest('tr.detail').hidden") is False
+    assert browser.evaluate(_in_viewport(target))
+    assert browser.evaluate(f"document.getElementById({json.dumps(target)}).classList.contains('target')")
+    browser.screenshot(tmp_path / "gate-report-fragment.png")
+    if os.environ.get("CONFORMANCE_ARTIFACTS"):
+        shutil.copy(tmp_path / "gate-report-fragment.png", Path(os.environ["CONFORMANCE_ARTIFACTS"]))
+
+    # A case fragment opens that row.
+    browser.open(f"{url}#case-content-after-call")
+    assert browser.evaluate("document.getElementById('case-content-after-call').nextElementSibling.hidden") is False
+    assert browser.evaluate(_in_viewport("case-content-after-call"))
+
+    # The filter by outcome, then by feature, hides the other rows.
+    browser.open(f"{url}?outcome=unacknowledged")
+    shown = browser.evaluate("Array.from(document.querySelectorAll('tr.case')).filter(function (r) {"
+                             " return getComputedStyle(r).display !== 'none'; }).map(function (r) { return r.id; })")
+    expected = {gate_view.anchor("case", b["case_id"]) for b in gate["behaviours"] if gate_view.row_state(b) == "unacknowledged"}
+    assert set(shown) == expected and len(expected) < len(gate["behaviours"])
+    assert not browser.evaluate(_visible("#case-plain-content"))
+    browser.evaluate("var f = document.getElementById('feature'); f.value = 'request_error';"
+                     " f.dispatchEvent(new Event('change'))")
+    shown = browser.evaluate("Array.from(document.querySelectorAll('tr.case')).filter(function (r) {"
+                             " return getComputedStyle(r).display !== 'none'; }).map(function (r) { return r.id; })")
+    assert set(shown) == {gate_view.anchor("case", b["case_id"]) for b in gate["behaviours"]
+                          if gate_view.row_state(b) == "unacknowledged" and "request_error" in b["features"]}
+    assert browser.evaluate("document.getElementById('shown').textContent") == f"{len(shown)} of {len(gate['behaviours'])} behaviour rows shown"
+    todo = browser.evaluate("Array.from(document.querySelectorAll('table.todo tr[data-state]')).filter(function (r) {"
+                            " return getComputedStyle(r).display !== 'none'; }).length")
+    assert todo == sum(1 for g in _unacknowledged(gate) if "request_error" in g.features)
+    # The toggle button opens and closes a row by hand.
+    browser.evaluate("document.querySelector('#case-tools-empty button.toggle').click()")
+    assert browser.evaluate("document.getElementById('case-tools-empty').nextElementSibling.hidden") is False
+    browser.evaluate("document.querySelector('#case-tools-empty button.toggle').click()")
+    assert browser.evaluate("document.getElementById('case-tools-empty').nextElementSibling.hidden") is True
+
+
+# ---- junit.xml ----------------------------------------------------------------------------------
+
+
+def test_junit_has_a_testcase_per_difference_and_fails_the_unacknowledged():
+    gate = full_gate()
+    root = ET.fromstring(gate_junit.render(gate))  # the control characters of HOSTILE made it through
+    cases = root.findall(".//testcase")
+    groups = gate_view.difference_groups(gate)
+    without = [b for b in gate["behaviours"] if b["case_id"] not in {g.case_id for g in groups}]
+    assert len(cases) == len(groups) + len(without) + len(gate["stale"]) + 1
+    failed = [(c.get("classname"), c.get("name")) for c in cases if c.find("failure") is not None]
+    assert failed == [(g.case_id, f"{g.mode} {g.kind}") for g in _unacknowledged(gate)] + [("gate", "verdict")]
+    assert root.get("failures") == str(len(failed)) == root.find("testsuite").get("failures")
+    acknowledged = next(c for c in cases if c.get("classname") == "tool-choice-required" and c.get("name") == "stream request_refused")
+    assert acknowledged.find("failure") is None and "hf cannot force a call" in acknowledged.find("system-out").text
+    assert [c.get("name") for c in cases if c.find("skipped") is not None] == ["stale expect.yaml:40"]
+    hostile = next(c for c in cases if c.get("classname") == "hostile-case" and c.get("name") == "stream message")
+    assert gate_view.printable(HOSTILE) in hostile.find("failure").get("message")
+
+
+def test_junit_verdict_testcase_matches_the_gate():
+    root = ET.fromstring(gate_junit.render(passing_gate()))
+    assert root.get("failures") == "0" and root.get("errors") == "0"
+    gate = passing_gate()
+    gate["verdict"].update(outcome="error", exit_code=2, line="the candidate server did not start")
+    root = ET.fromstring(gate_junit.render(gate))
+    verdict = next(c for c in root.iter("testcase") if c.get("name") == "verdict")
+    assert verdict.find("error").get("message") == "the candidate server did not start" and root.get("errors") == "1"
+
+
+# ---- GitHub annotations -------------------------------------------------------------------------
+
+
+def _decode(data: str) -> str:
+    return data.replace("%0A", "\n").replace("%0D", "\r").replace("%3A", ":").replace("%2C", ",").replace("%25", "%")
+
+
+def test_annotations_name_each_unacknowledged_difference_within_githubs_limit():
+    gate = full_gate()
+    gate["differences"] = [d for d in gate["differences"] if d["acknowledged"] or d["case_id"] in ("strict-tool", "hostile-case")]
+    lines = gate_annotations.annotations(gate)
+    errors = [line for line in lines if line.startswith("::error title=")]
+    assert len(errors) == len(_unacknowledged(gate)) == 3
+    assert all("\n" not in line and "\r" not in line for line in lines)
+    title, message = errors[0][len("::error title="):].split("::", 1)
+    assert _decode(title) == "Unacknowledged difference: strict-tool (stream): request newly refused"
+    assert "Client action: drop strict: true from the tool definitions" in _decode(message)
+    hostile = next(line for line in errors if "hostile-case" in line)
+    assert r"\n::error::boom %250A" in hostile  # the server's newline and percent stay data, on this line
+    assert lines[-1].startswith("::warning title=Stale expectation expect.yaml%3A40::")
+    many = gate_annotations.annotations(full_gate())
+    errors = [line for line in many if line.startswith("::error")]
+    assert len(errors) == gate_annotations.GITHUB_LIMIT
+    assert errors[-1].startswith(f"::error title={len(_unacknowledged(full_gate())) - 9} more unacknowledged differences::")
+
+
+def test_annotations_of_a_failing_gate_without_differences_and_of_a_green_one():
+    assert gate_annotations.annotations(passing_gate()) == []
+    gate = passing_gate()
+    gate["verdict"].update(outcome="fail", exit_code=1, line="0 unacknowledged differences, 0 acknowledged, 0 stale, 1 newly failing")
+    assert gate_annotations.annotations(gate) == [
+        "::error title=Gate fail::0 unacknowledged differences, 0 acknowledged, 0 stale, 1 newly failing"]
+
+
+def test_annotations_command_reads_gate_json_and_refuses_a_broken_one(tmp_path):
+    good = tmp_path / "gate.json"
+    good.write_text(json.dumps(full_gate()))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run([sys.executable, "-m", "conformance.report.gate_annotations", str(good)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0 and done.stdout.splitlines() == gate_annotations.annotations(full_gate())
+    bad = tmp_path / "broken.json"
+    bad.write_text('{"verdict":\n  {"outcome": }')
+    done = subprocess.run([sys.executable, "-m", "conformance.report.gate_annotations", str(bad)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2 and f"{bad}: line 2 column" in done.stderr and done.stdout == ""
+
+
+# ---- all of them, and the workflow --------------------------------------------------------------
+
+
+def test_write_gate_reports_writes_the_four_views(tmp_path):
+    gate = full_gate()
+    paths = write_gate_reports(tmp_path / "out", gate)
+    assert {p.name for p in paths.values()} == {"report.md", "report.html", "timing.png", "junit.xml"}
+    assert paths["markdown"].read_text() == gate_markdown.render(gate)
+    assert paths["junit"].read_text() == gate_junit.render(gate)
+    assert paths["html"].read_text() == gate_html.render(gate, paths["chart"].read_bytes())
+
+
+WORKFLOW = REPO / "examples" / "github-actions" / "gate.yml"
+
+
+def test_workflow_report_steps_fill_the_summary_and_annotate(tmp_path):
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    steps = workflow["jobs"]["gate"]["steps"]
+    uses = [s.get("uses", "").split("@")[0] for s in steps]
+    assert {"actions/checkout", "actions/setup-python", "actions/upload-artifact"} <= set(uses)
+    junit_upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact") and "junit" in s["with"]["path"])
+    assert junit_upload.get("if") == "always()"
+    gate_step = next(s for s in steps if s.get("id") == "gate")
+    assert "conformance gate" in gate_step["run"].replace('"$CONFORMANCE"', "conformance")
+    # Run the steps after the gate as GitHub would, on a gate's output made here.
+    out = tmp_path / "gate-out"
+    gate = full_gate()
+    write_gate_reports(out, gate)
+    (out / "gate.json").write_text(json.dumps(gate))
+    summary = tmp_path / "summary.md"
+    env = {**os.environ, **workflow["jobs"]["gate"]["env"], "GATE_OUT": str(out), "GITHUB_STEP_SUMMARY": str(summary),
+           "PYTHON": sys.executable, "PYTHONPATH": str(REPO), "GATE_EXIT_CODE": "1"}
+    outputs = {}
+    for step in steps[steps.index(gate_step) + 1:]:
+        if "run" in step:
+            done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+            outputs[step["name"]] = done
+    assert summary.read_text() == (out / "report.md").read_text()
+    annotations = next(done for name, done in outputs.items() if "nnotation" in name)
+    assert annotations.stdout.splitlines() == gate_annotations.annotations(gate)
+    verdict = next(done for name, done in outputs.items() if "erdict" in name)
+    assert verdict.returncode == 1
