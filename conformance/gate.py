@@ -73,7 +73,7 @@ def build_gate(baseline: Recording, candidate: Recording, entries: Sequence[Ackn
     by_pair = [(pair, diff_pair(pair)) for pair in pairs]
     differences = [difference for _, found in by_pair for difference in found]
     matched, stale = acknowledge(differences, entries)
-    acknowledged_by = {id(d): entry for d, entry in matched}
+    acknowledged_by = {id(d): entry for d, entry in matched if entry is not None}
     newly_failing = [d for d in differences if d.kind == "outcome" and d.candidate in NEWLY_BAD
                      and d.baseline not in NEWLY_BAD]
     return {

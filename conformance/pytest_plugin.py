@@ -368,6 +368,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 def _write_merged_reports(config: pytest.Config, share_dir: Path) -> None:
     """The reports of an xdist run: every worker's share put together into --conformance-out."""
     from conformance.engine import write_reports
+    from conformance.recording import RecordingFile, make_header, read_header
     from conformance.report.jsonl import write_results
     from conformance.report.stamp import stamp_of_recording
     from conformance.results import RESULTS_FILE, read_results
@@ -379,9 +380,20 @@ def _write_merged_reports(config: pytest.Config, share_dir: Path) -> None:
         return
     results = [r for share in shares for r in read_results(share / RESULTS_FILE)]
     transcripts = [t for share in shares for t in read_transcripts(share / TRANSCRIPTS_FILE)]
+    first = read_header(shares[0] / TRANSCRIPTS_FILE, "transcripts")
+    if first is None:
+        return
+    state = config.stash[_STATE]
+    ran = {t.case_id for t in transcripts}
+
+    def header(file: RecordingFile) -> dict[str, Any]:  # the whole run's: every share's cases
+        return make_header(file, cases=[c for c in state["cases"] if c.id in ran], markers=first["markers"],
+                           server=first["server"], created_at=first["created_at"])
+
     with JsonLinesWriter(out_dir / TRANSCRIPTS_FILE) as writer:
+        writer.write(header("transcripts"))
         for transcript in transcripts:
             writer.write(transcript.to_dict())
-    write_results(out_dir / RESULTS_FILE, results)
+    write_results(out_dir / RESULTS_FILE, results, header("results"))
     if transcripts:
         write_reports(out_dir, results, stamp_of_recording(transcripts), transcripts)

@@ -87,10 +87,12 @@ class Chromium:
             self._events.append(self._read_message(deadline))
 
     def open(self, url: str) -> None:
-        """Navigate and wait for the load event (the page's own script has run by then)."""
-        self._events.clear()
-        self.call("Page.navigate", session=True, url=url)
-        self.wait_event("Page.loadEventFired")
+        """Load `url` afresh and wait for its load event (the page's own script has run by then); by way of
+        about:blank, since a URL differing only in its fragment would otherwise not load again."""
+        for step in ("about:blank", url):
+            self._events.clear()
+            self.call("Page.navigate", session=True, url=step)
+            self.wait_event("Page.loadEventFired")
 
     def evaluate(self, expression: str) -> Any:
         result = self.call("Runtime.evaluate", session=True, expression=expression, returnByValue=True)

@@ -145,6 +145,7 @@ def test_identical_recordings_pass_and_a_case_without_difference_is_a_row_unchan
     rows = {row["case_id"]: row for row in build_gate(*every_kind)["behaviours"]}
     assert rows["same"]["changed"] is False and rows["same"]["acknowledged"] is None
     assert rows["refused"]["changed"] is True and rows["refused"]["kinds"] == ["request_refused"]
+    assert rows["refused"]["acknowledged"] is False  # no expectations: nothing is acknowledged
     assert rows["refused"]["candidate"].startswith("HTTP 400 param tool_choice: response_template parsing")
     assert "call get_weather" in rows["refused"]["baseline"]
 

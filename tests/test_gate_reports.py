@@ -21,7 +21,7 @@ import yaml
 from markdown_it import MarkdownIt
 from PIL import Image
 
-from conformance.report import gate_annotations, gate_chart, gate_html, gate_junit, gate_markdown, gate_view
+from conformance.report import gate_actions, gate_annotations, gate_chart, gate_html, gate_junit, gate_markdown, gate_view
 from conformance.report.gate import write_gate_reports
 from tests.chromium_cdp import CHROMIUM, Chromium
 from tests.gate_samples import HOSTILE, full_gate, huge_gate, passing_gate
@@ -68,6 +68,10 @@ def _parse(html: str) -> _Tags:
     return parser
 
 
+def _state(gate: dict, behaviour: dict) -> str:
+    return gate_view.row_state(behaviour, gate_view.groups_by_case(gate_view.difference_groups(gate)).get(behaviour["case_id"], []))
+
+
 def _unacknowledged(gate: dict) -> list[gate_view.DifferenceGroup]:
     return [g for g in gate_view.difference_groups(gate) if not g.acknowledged]
 
@@ -87,12 +91,24 @@ def test_markdown_opens_with_the_gates_own_verdict_line():
 def test_markdown_lists_unacknowledged_differences_before_acknowledged_ones():
     gate = full_gate()
     text = gate_markdown.render(gate)
-    unack_at, ack_at = text.index("### Unacknowledged differences (12)"), text.index("### Acknowledged differences (2)")
+    unack_at = text.index("### Unacknowledged differences (14): 13 things to do")
+    ack_at = text.index("### Acknowledged differences (2): 2 things to do")
     assert unack_at < ack_at < text.index("## Behaviours by feature")
-    unack_table = text[unack_at:ack_at]
+    unack_table, ack_table = text[unack_at:ack_at], text[ack_at:text.index("## Behaviours by feature")]
     for group in gate_view.difference_groups(gate):
-        row = f"| `{group.case_id}` | `{group.mode}` | {gate_markdown.text(group.title)} |"
-        assert (row in unack_table) == (not group.acknowledged), row
+        where = f"`{group.case_id}` ({group.mode})"
+        assert where in (ack_table if group.acknowledged else unack_table), where
+    # One advice, one row, for every case it concerns.
+    row = next(line for line in unack_table.splitlines() if "`two-calls` (stream)" in line)
+    assert "`nested-arguments` (stream)" in row and row.count("accumulate each tool call") == 1
+    assert unack_table.count("accumulate each tool call") == 1
+    # Refused requests come first (they break a client outright); a case in both modes is named once.
+    strict = next(d for d in gate["differences"] if d["case_id"] == "strict-tool")
+    gate["differences"].append(dict(strict, mode="non-stream"))
+    text = gate_markdown.render(gate)
+    rows = [line for line in text[text.index("### Unacknowledged"):].splitlines() if line.startswith("| ")][1:]
+    assert rows[0].startswith("| request newly refused | `tool-choice-required` (non-stream) |")
+    assert any(row.startswith("| request newly refused | `strict-tool` (both modes) |") for row in rows[:3])
 
 
 def test_markdown_follows_each_changed_row_with_excerpts_and_the_client_action():
@@ -107,6 +123,12 @@ def test_markdown_follows_each_changed_row_with_excerpts_and_the_client_action()
             assert detail not in text
     # The team's own words win over the default, backticks made code.
     assert "- **Client action**: send `tool_choice: auto`; check for a call yourself" in text
+    # The field is named unless the summary starts with it.
+    assert "- **What differs**: `tools`: refused under the candidate: HTTP 400 param tools" in text
+    assert "- **What differs**: content after the tool call kept by the candidate" in text
+    # Within a case, what still needs acknowledging comes first.
+    assert (text.index("#### `tool-choice-required` · `non-stream` · request newly refused (**not acknowledged**)")
+            < text.index("#### `tool-choice-required` · `stream` · request newly refused (acknowledged)"))
     # The request and both answers of that difference.
     assert '- **Request** (the fields that matter): `{"tool_choice": "required", "stream": true}`' in text
     assert '- **`legacy` answered**: `HTTP 200, tool call get_weather({"city": "Paris"})`' in text
@@ -117,23 +139,47 @@ def test_default_client_actions_are_worded_from_the_recorded_values():
     gate = full_gate()
     labels = gate_view.labels(gate)
     by_case = {(d["case_id"], d["mode"], d["kind"]): d for d in gate["differences"]}
+
+    def action(member: dict) -> str:
+        return "".join(gate_actions.client_action(member, labels))
+
     required = by_case[("tool-choice-required", "non-stream", "request_refused")]
-    action = "".join(gate_view.client_action(required, labels))
-    assert 'send tool_choice: "auto"; "required" is refused by hf with HTTP 400 param tool_choice' in action
-    assert "openai.BadRequestError" in action
+    assert action(required).startswith('send tool_choice: "auto"; "required" is refused by hf with HTTP 400 param tool_choice')
+    assert "openai.BadRequestError" in action(required)
     # Other values, other words: a refusal of another parameter and status names those.
     other = dict(required, candidate={"status": 422, "param": "max_tokens"}, excerpt={"request": {"max_tokens": 9}})
-    assert "".join(gate_view.client_action(other, labels)).startswith(
-        "stop sending max_tokens: 9 is refused by hf with HTTP 422 param max_tokens")
-    strict = "".join(gate_view.client_action(by_case[("strict-tool", "stream", "request_refused")], labels))
+    assert action(other).startswith("stop sending max_tokens: 9 is refused by hf with HTTP 422 param max_tokens")
+    strict = action(by_case[("strict-tool", "stream", "request_refused")])
     assert strict.startswith("drop strict: true from the tool definitions") and "param tools" in strict
-    cast = "".join(gate_view.client_action(by_case[("string-values-cast-to-integer", "stream", "message")], labels))
-    assert 'legacy gave {"days": "5"}, hf gives {"days": 5}' in cast
-    field = "".join(gate_view.client_action(by_case[("reasoning-only", "stream", "reasoning_field")], labels))
-    assert field.startswith("read the reasoning from reasoning (legacy used reasoning_content)")
+    assert action(by_case[("reasoning-only", "stream", "reasoning_field")]).startswith(
+        "read the reasoning from reasoning (legacy used reasoning_content)")
+    # A message difference: the advice follows the field and the direction of the change.
+    content = by_case[("content-after-call", "non-stream", "message")]
+    assert action(content).startswith("hf puts text in content where legacy had none")
+    assert action(dict(content, baseline="Hi", candidate=None)).startswith("hf sends no content where legacy did")
+    assert action(dict(content, baseline=None, candidate="\n\n")).startswith("hf sends whitespace-only content")
+    assert action(dict(content, field="reasoning", baseline="a", candidate="ab")).startswith("the reasoning text differs")
+    calls = dict(content, field="tool_calls", baseline=[{"name": "f"}, {"name": "g"}], candidate=[{"name": "f"}])
+    assert action(calls).startswith("hf returns fewer tool calls than legacy")
+    assert action(dict(calls, candidate=calls["baseline"] * 2)).startswith("hf returns tool calls legacy did not")
+    assert "never compare the raw string" in action(by_case[("string-values-cast-to-integer", "stream", "message")])
+    finish = by_case[("unclosed-call", "stream", "finish_reason")]
+    assert action(finish).startswith('handle finish_reason: "length" where legacy sent "tool_calls"')
     for kind in gate_view.KIND_TITLES:  # every kind has its own advice, not the fallback
         member = next(d for d in gate["differences"] if d["kind"] == kind)
-        assert not "".join(gate_view.client_action(member, labels)).startswith("review ")
+        assert not action(member).startswith("review ")
+
+
+def test_row_state_follows_the_differences_not_a_contradicting_row_flag():
+    gate = full_gate()
+    for behaviour in gate["behaviours"]:
+        behaviour["acknowledged"] = True  # what an engine might claim; the differences say otherwise
+    text = gate_markdown.render(gate)
+    assert "| `strict-tool` | `baseline of strict-tool` | `candidate of strict-tool` | **yes, not acknowledged** |" in text
+    assert "| `reasoning-then-one-call` | `baseline of reasoning-then-one-call` | `candidate of reasoning-then-one-call` | yes, acknowledged |" in text
+    assert "| `plain-content` | `content \"Hello\"` | `content \"Hello\"` | no |" in text
+    page = gate_html.render(gate)
+    assert "id='case-strict-tool' class='case' data-state='unacknowledged'" in page
 
 
 def test_markdown_shows_hostile_server_strings_as_text_only():
@@ -170,7 +216,7 @@ def test_markdown_stays_under_githubs_summary_cap_and_keeps_every_section():
                     "## Stale expectations (1)", "## Timing (streaming)", "## Browser clients (CORS)"):
         assert heading in text, heading
     assert "not shown to keep this summary under GitHub's 1 MiB limit" in text
-    assert "more differences not shown" in text
+    assert re.search(r"\) and \d+ more \|", text)  # a to-do row names its first cases and counts the rest
 
 
 def test_markdown_without_differences_timing_or_preflight_says_so():
@@ -186,10 +232,14 @@ def test_markdown_timing_section_gives_the_first_tool_name_delay_and_links_the_c
     delay = gate["timing"]["summary"]["first_tool_name_delay"]
     text = gate_markdown.render(gate)
     assert (f"Under `hf` the first tool name becomes visible {delay['p50'] * 1000:.0f} ms later than under `legacy` "
-            f"(median over {delay['n']} streamed case runs") in text
+            f"at the median of {delay['n']} streamed case runs ({delay['p90'] * 1000:.0f} ms later at p90, "
+            f"{delay['max'] * 1000:.0f} ms later at the most).") in text
     assert "[`timing.png`](timing.png)" in text
-    gate["timing"]["summary"]["first_tool_name_delay"]["p50"] = -0.02
-    assert "becomes visible 20 ms earlier" in gate_markdown.render(gate)
+    delay.update(p50=-0.02, p90=0.0001, max=-0.001)
+    text = gate_markdown.render(gate)
+    assert ("becomes visible 20 ms earlier than under `legacy` at the median of 12 streamed case runs "
+            "(at the same time at p90, 1 ms earlier at the most).\n") in text
+    assert "that much later" not in text
 
 
 def test_cors_section_tells_browser_clients_what_each_server_allows():
@@ -250,7 +300,7 @@ def test_html_escapes_every_server_string():
     tags = {tag for tag, _ in parsed.tags}
     assert tags <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "h4", "p", "b", "code", "span",
                     "table", "thead", "tbody", "tr", "th", "td", "a", "div", "label", "select", "option", "section",
-                    "button", "dl", "dt", "dd", "img", "ul", "li", "hr", "script"}, tags
+                    "button", "details", "summary", "dl", "dt", "dd", "img", "ul", "li", "hr", "script"}, tags
     assert parsed.scripts == [gate_html.SCRIPT]  # one script, ours, whole
     assert any(gate_view.printable(HOSTILE) in text for text in parsed.code_text)
 
@@ -286,11 +336,13 @@ def test_html_gives_every_row_and_difference_an_id():
 
 def test_html_differences_of_one_case_mode_and_kind_share_one_id():
     gate = full_gate()
-    twin = dict(gate["differences"][7], field="tool_calls[1].arguments", summary="second call cast too")
-    gate["differences"].insert(8, twin)
+    cast = next(d for d in gate["differences"] if d["case_id"] == "string-values-cast-to-integer")
+    gate["differences"].append(dict(cast, field="tool_calls[1].arguments", summary="second call cast too"))
     groups = gate_view.difference_groups(gate)
     same = [g for g in groups if g.anchor == "diff-string-values-cast-to-integer-stream-message"]
     assert len(same) == 1 and len(same[0].members) == 2
+    # Headings count differences as the verdict does, and say when rows hold several.
+    assert "### Unacknowledged differences (15): 13 things to do" in gate_markdown.render(gate)
     page = gate_html.render(gate)
     assert page.count("id='diff-string-values-cast-to-integer-stream-message'") == 1
     assert "second call cast too" in page
@@ -358,7 +410,7 @@ def test_html_in_headless_chromium_shows_the_table_and_the_chart_and_opens_fragm
     browser.open(f"{url}?outcome=unacknowledged")
     shown = browser.evaluate("Array.from(document.querySelectorAll('tr.case')).filter(function (r) {"
                              " return getComputedStyle(r).display !== 'none'; }).map(function (r) { return r.id; })")
-    expected = {gate_view.anchor("case", b["case_id"]) for b in gate["behaviours"] if gate_view.row_state(b) == "unacknowledged"}
+    expected = {gate_view.anchor("case", b["case_id"]) for b in gate["behaviours"] if _state(gate, b) == "unacknowledged"}
     assert set(shown) == expected and len(expected) < len(gate["behaviours"])
     assert not browser.evaluate(_visible("#case-plain-content"))
     browser.evaluate("var f = document.getElementById('feature'); f.value = 'request_error';"
@@ -366,11 +418,12 @@ def test_html_in_headless_chromium_shows_the_table_and_the_chart_and_opens_fragm
     shown = browser.evaluate("Array.from(document.querySelectorAll('tr.case')).filter(function (r) {"
                              " return getComputedStyle(r).display !== 'none'; }).map(function (r) { return r.id; })")
     assert set(shown) == {gate_view.anchor("case", b["case_id"]) for b in gate["behaviours"]
-                          if gate_view.row_state(b) == "unacknowledged" and "request_error" in b["features"]}
+                          if _state(gate, b) == "unacknowledged" and "request_error" in b["features"]}
     assert browser.evaluate("document.getElementById('shown').textContent") == f"{len(shown)} of {len(gate['behaviours'])} behaviour rows shown"
     todo = browser.evaluate("Array.from(document.querySelectorAll('table.todo tr[data-state]')).filter(function (r) {"
                             " return getComputedStyle(r).display !== 'none'; }).length")
-    assert todo == sum(1 for g in _unacknowledged(gate) if "request_error" in g.features)
+    items = gate_actions.to_do(gate_view.difference_groups(gate), gate_view.labels(gate))
+    assert todo == sum(1 for item in items if not item.acknowledged and "request_error" in item.features) > 0
     # The toggle button opens and closes a row by hand.
     browser.evaluate("document.querySelector('#case-tools-empty button.toggle').click()")
     assert browser.evaluate("document.getElementById('case-tools-empty').nextElementSibling.hidden") is False
@@ -396,6 +449,8 @@ def test_junit_has_a_testcase_per_difference_and_fails_the_unacknowledged():
     assert [c.get("name") for c in cases if c.find("skipped") is not None] == ["stale expect.yaml:40"]
     hostile = next(c for c in cases if c.get("classname") == "hostile-case" and c.get("name") == "stream message")
     assert gate_view.printable(HOSTILE) in hostile.find("failure").get("message")
+    model = next(p for p in root.iter("property") if p.get("name") == "candidate.model")
+    assert model.get("value") == "/tmp/tiny " + gate_view.printable(HOSTILE, keep_newlines=True)
 
 
 def test_junit_verdict_testcase_matches_the_gate():
@@ -415,23 +470,32 @@ def _decode(data: str) -> str:
     return data.replace("%0A", "\n").replace("%0D", "\r").replace("%3A", ":").replace("%2C", ",").replace("%25", "%")
 
 
-def test_annotations_name_each_unacknowledged_difference_within_githubs_limit():
+def test_annotations_name_each_thing_to_do_within_githubs_limit():
     gate = full_gate()
-    gate["differences"] = [d for d in gate["differences"] if d["acknowledged"] or d["case_id"] in ("strict-tool", "hostile-case")]
+    keep = ("strict-tool", "hostile-case", "two-calls", "nested-arguments")
+    gate["differences"] = [d for d in gate["differences"] if d["acknowledged"] or d["case_id"] in keep]
     lines = gate_annotations.annotations(gate)
     errors = [line for line in lines if line.startswith("::error title=")]
-    assert len(errors) == len(_unacknowledged(gate)) == 3
-    assert all("\n" not in line and "\r" not in line for line in lines)
+    assert len(errors) == 4  # strict tool, stream shape (two cases), two for the hostile case
+    assert all(line.startswith(("::error title=", "::warning title=")) for line in lines)  # one line each
     title, message = errors[0][len("::error title="):].split("::", 1)
-    assert _decode(title) == "Unacknowledged difference: strict-tool (stream): request newly refused"
-    assert "Client action: drop strict: true from the tool definitions" in _decode(message)
-    hostile = next(line for line in errors if "hostile-case" in line)
-    assert r"\n::error::boom %250A" in hostile  # the server's newline and percent stay data, on this line
+    assert _decode(title) == "Unacknowledged: request newly refused (1 in 1 case runs)"
+    assert _decode(message).startswith("Client action: drop strict: true from the tool definitions")
+    assert _decode(message).endswith("Where: strict-tool (stream).")
+    shape = next(_decode(line) for line in errors if "stream shape" in line)
+    assert "(2 in 2 case runs)" in shape and shape.endswith("Where: two-calls (stream), nested-arguments (stream).")
+    hostile = next(line for line in errors if "hostile-case" in line and "case outcome" in line)
+    assert "%0A" not in hostile and "\n" not in hostile
     assert lines[-1].startswith("::warning title=Stale expectation expect.yaml%3A40::")
-    many = gate_annotations.annotations(full_gate())
-    errors = [line for line in many if line.startswith("::error")]
-    assert len(errors) == gate_annotations.GITHUB_LIMIT
-    assert errors[-1].startswith(f"::error title={len(_unacknowledged(full_gate())) - 9} more unacknowledged differences::")
+    assert r"\n::error::boom %250A" in lines[-1]  # the server's newline and percent stay data, on this line
+    many = full_gate()
+    for i in range(12):  # twelve more refused parameters, twelve more things to do
+        many["differences"].append(dict(next(d for d in many["differences"] if d["case_id"] == "strict-tool"), case_id=f"refused-{i}",
+                                        candidate={"status": 400, "param": f"p{i}"}))
+    errors = [line for line in gate_annotations.annotations(many) if line.startswith("::error")]
+    items = [i for i in gate_actions.to_do(gate_view.difference_groups(many), gate_view.labels(many)) if not i.acknowledged]
+    assert len(errors) == gate_annotations.GITHUB_LIMIT < len(items)
+    assert errors[-1].startswith(f"::error title={len(items) - 9} more things to do::")
 
 
 def test_annotations_of_a_failing_gate_without_differences_and_of_a_green_one():

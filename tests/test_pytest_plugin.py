@@ -207,6 +207,11 @@ def test_under_xdist_the_workers_split_the_requests_and_the_reports_cover_all(py
     results = read_results(pytester.path / "out" / "results.jsonl")
     both = [(c, m) for c in ("good-call", "fragments", "server-error") for m in ("non-stream", "stream")]
     assert sorted((r.case_id, r.mode) for r in results) == sorted([*both, ("legacy-only", "non-stream")])
+    from conformance.recording import read_header
+
+    for file in ("results", "transcripts"):  # one header for the whole run, every worker's cases
+        assert read_header(pytester.path / "out" / f"{file}.jsonl", file)["case_ids"] == sorted(
+            {"good-call", "fragments", "server-error", "legacy-only"})
     assert (pytester.path / "out" / "report.md").is_file()
 
 

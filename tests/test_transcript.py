@@ -120,7 +120,8 @@ cases:
         writer.write(bad.to_dict())
     assert main(["recheck", str(recording), "--cases", str(cases), "--out", str(tmp_path / "out")]) == 1
     assert "2 results: 1 pass, 1 fail, 0 skip, 0 error" in capsys.readouterr().out
-    results = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    header, *results = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert header["record"] == "header" and header["file"] == "results"
     assert [(r["mode"], r["outcome"]) for r in results] == [("non-stream", "pass"), ("stream", "fail")]
     report = (tmp_path / "out" / "report.md").read_text()
     assert "model | tiny" in report

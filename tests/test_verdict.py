@@ -206,7 +206,7 @@ def test_a_server_that_cannot_force_skips_with_a_kind_and_nothing_judged_is_exit
         assert "2 result(s) not judged, skipped for a kind that is not allowed" in capsys.readouterr().out
         assert cli(server.base_url, cases_dir, tmp_path / "d", "--case", "forced-ok", "--case", "unforced-ok",
                    *allowed) == 0
-    [record] = [json.loads(line) for line in (tmp_path / "d" / "results.jsonl").read_text().splitlines()
+    [record] = [json.loads(line) for line in (tmp_path / "d" / "results.jsonl").read_text().splitlines()[1:]
                 if json.loads(line)["case_id"] == "forced-ok" and json.loads(line)["mode"] == "stream"]
     assert (record["outcome"], record["skip_kind"], record["skip_allowed"]) == ("skip", "cannot_force", True)
     heading = (tmp_path / "c" / "report.md").read_text().splitlines()[0]

@@ -1,6 +1,7 @@
-"""GitHub Actions annotations from a gate.json: one `::error` per unacknowledged difference (case,
-mode, kind), one when the verdict fails for another reason (a case newly failing), one `::warning`
-per stale expectation. GitHub shows at most 10 of each per step, so the tenth says how many more.
+"""GitHub Actions annotations from a gate.json: one `::error` per thing clients must do about
+unacknowledged differences (the advice and the case runs it concerns), one when the verdict fails for
+another reason (a case newly failing), one `::warning` per stale expectation. GitHub shows at most 10
+of each per step, so the tenth says how many more.
 
     python -m conformance.report.gate_annotations reports/gate-X/gate.json
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import exit_codes
+from conformance.report import gate_actions as actions
 from conformance.report import gate_view as view
 
 GITHUB_LIMIT = 10  # annotations of one level GitHub keeps per step
@@ -43,18 +45,22 @@ def _capped(level: str, items: Sequence[tuple[str, str]], what: str) -> list[str
 
 def annotations(gate: Mapping[str, Any]) -> list[str]:
     labels = view.labels(gate)
-    errors = [
-        (f"Unacknowledged difference: {g.case_id} ({g.mode}): {g.title}",
-         f"{g.summary}. Client action: {''.join(view.client_action(g.members[0], labels))}")
-        for g in view.difference_groups(gate) if not g.acknowledged
-    ]
+    errors = []
+    for item in actions.to_do(view.difference_groups(gate), labels):
+        if item.acknowledged:
+            continue
+        cases = item.where()
+        where = ", ".join(f"{case_id} ({modes})" for case_id, modes, _ in cases[: actions.MAX_ROWS_LISTED])
+        more = f" and {len(cases) - actions.MAX_ROWS_LISTED} more" if len(cases) > actions.MAX_ROWS_LISTED else ""
+        errors.append((f"Unacknowledged: {item.title} ({len(item.entries)} in {len(item.rows)} case runs)",
+                       f"Client action: {''.join(item.action)} Where: {where}{more}."))
     _, outcome, line = view.verdict(gate)
     if outcome != "PASS" and not errors:
         errors.append((f"Gate {outcome.lower()}", line))
     warnings = [(f"Stale expectation {s.get('source') or ''}".strip(),
                  f"{s.get('kind')} {view.json_text(s.get('selector'))} no longer differs: {s.get('reason') or ''}")
                 for s in gate.get("stale") or []]
-    return _capped("error", errors, "unacknowledged differences") + _capped("warning", warnings, "stale expectations")
+    return _capped("error", errors, "things to do") + _capped("warning", warnings, "stale expectations")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
 from conformance.report import gate_view as view
 
@@ -73,30 +74,57 @@ def _metric_panel(axes: Any, cases: Sequence[Mapping[str, Any]], metric: str, ti
         if values:
             _strip(axes, position, values, COLORS[side], rng)
         else:
-            axes.text(position, 0, "not seen", ha="center", va="bottom", color="#57606a")
+            axes.text(position, 0.5, "not seen", ha="center", va="center", color="#57606a",
+                      transform=axes.get_xaxis_transform())
     axes.set_xticks(range(len(view.SIDES)), tick_labels)
     axes.set_xlim(-0.6, 1.6)
-    axes.set_ylim(bottom=0)
-    axes.set_ylabel("ms since the request started")
+    everything = [v for values in per_side.values() for v in values]
+    if min(everything) > 0 and max(everything) / min(everything) > 20:  # a few slow runs would flatten the boxes
+        axes.set_yscale("log")
+        axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axes.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        axes.yaxis.set_minor_formatter(NullFormatter())
+        axes.set_ylabel("ms since the request started (log scale)")
+    else:
+        axes.set_ylim(bottom=0)
+        axes.set_ylabel("ms since the request started")
     axes.grid(axis="y", alpha=0.3)
 
 
-def _delay_panel(axes: Any, cases: Sequence[Mapping[str, Any]], candidate: str, baseline: str,
-                 rng: np.random.Generator) -> None:
+def _delay_panel(axes: Any, gate: Mapping[str, Any], cases: Sequence[Mapping[str, Any]], candidate: str,
+                 baseline: str, rng: np.random.Generator) -> None:
+    """Per case run, how much later (above 0) the candidate shows the first tool name; runs far
+    outside the middle 80% are drawn as arrows at the edge so they do not flatten the rest."""
     delays = tool_name_delays(cases)
-    axes.set_title(f"first tool name: {candidate} minus {baseline} (n={len(delays)})", fontsize=11)
+    axes.set_title(f"first tool name visible: {candidate} minus {baseline} (n={len(delays)})", fontsize=11)
     if not delays:
         _empty(axes, "no case showed a tool name under both servers")
         return
-    _strip(axes, 0, delays, DELAY_COLOR, rng)
+    low, high = np.percentile(delays, [10, 90])
+    margin = max(high - low, 20.0)
+    pad = 0.08 * (max(delays) - min(delays)) + 5.0
+    bottom = min(max(low - margin, min(delays) - pad), -10.0)
+    top = max(min(high + margin, max(delays) + pad), 10.0)
+    inside = [d for d in delays if bottom <= d <= top]
+    if inside:
+        _strip(axes, 0, inside, DELAY_COLOR, rng)
+    span = top - bottom
+    for edge, marker, chosen in ((top - 0.03 * span, "^", [d for d in delays if d > top]),
+                                 (bottom + 0.03 * span, "v", [d for d in delays if d < bottom])):
+        if chosen:
+            axes.scatter(rng.uniform(-0.15, 0.15, len(chosen)), [edge] * len(chosen), marker=marker, s=40,
+                         color=DELAY_COLOR, zorder=4)
+            axes.annotate(f"{len(chosen)} off the scale, up to {max(chosen, key=abs):.0f} ms", xy=(0.22, edge),
+                          fontsize=9, va="center", color="#57606a")
+    axes.set_ylim(bottom, top)
     axes.axhline(0, color="#57606a", linewidth=1, linestyle="--")
-    median = float(np.median(delays))
-    word = "later" if median > 0 else "earlier" if median < 0 else "same time"
-    axes.annotate(f"median {abs(median):.0f} ms {word}", xy=(0, median), xytext=(0.3, median),
-                  va="center", fontsize=10, color=DELAY_COLOR, fontweight="bold")
-    axes.set_xticks([0], [f"per case run\n{candidate} − {baseline}"])
+    summary = ((gate.get("timing") or {}).get("summary") or {}).get("first_tool_name_delay") or {}
+    figures = {q: summary.get(q) if isinstance(summary.get(q), (int, float)) else float(np.percentile(delays, p)) / 1000
+               for q, p in (("p50", 50), ("p90", 90))}
+    axes.set_xticks([0], [f"per streamed case run (above 0: {candidate} later)\n"
+                          f"median {view.delay_phrase(figures['p50'])}, p90 {view.delay_phrase(figures['p90'])}"])
     axes.set_xlim(-0.6, 1.2)
-    axes.set_ylabel("ms (positive = candidate later)")
+    axes.set_ylabel("ms")
     axes.grid(axis="y", alpha=0.3)
 
 
@@ -114,7 +142,7 @@ def render(gate: Mapping[str, Any]) -> bytes:
                     f"{len(cases)} streamed case runs", fontsize=14, fontweight="bold")
     grid = figure.subplots(rows, COLUMNS, squeeze=False).ravel()
     tick_labels = [f"{labels[side]}\n({side})" for side in view.SIDES]
-    _delay_panel(grid[0], cases, labels["candidate"], labels["baseline"], rng)  # the figure clients ask about
+    _delay_panel(grid[0], gate, cases, labels["candidate"], labels["baseline"], rng)  # the figure clients ask about
     for axes, metric in zip(grid[1:], metrics):
         _metric_panel(axes, cases, metric, tick_labels, rng)
     for axes in grid[panels:]:

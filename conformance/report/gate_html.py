@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from conformance.report import gate_actions as actions
 from conformance.report import gate_view as view
 from conformance.report.gate_view import Code, DifferenceGroup, Segments
 
@@ -32,7 +33,8 @@ button.toggle{border:1px solid #d0d7de;background:#fff;border-radius:4px;cursor:
 tr.detail>td{background:#fbfbfc;padding:.6em 1em}
 .diff{border:1px solid #d0d7de;border-radius:6px;padding:.4em .8em;margin:.5em 0;background:#fff}
 .diff h4{margin:.2em 0}.diff dl{margin:.3em 0;display:grid;grid-template-columns:max-content 1fr;gap:.2em .8em}
-.diff dt{font-weight:600}.diff dd{margin:0}
+.diff dt{font-weight:600}.diff dd{margin:0}.diff dl.member{border-top:1px dashed #d0d7de;padding-top:.3em}
+h1{font-size:1.6em}
 .target{outline:3px solid #0969da;outline-offset:2px}
 .filtered{display:none!important}
 #filters{position:sticky;top:0;background:#fff;border-bottom:1px solid #d0d7de;padding:.5em 0;z-index:1}
@@ -175,66 +177,87 @@ def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> str:
     parts = ["<h2 id='to-do'>What clients must change</h2>"]
     if not groups:
         return parts[0] + "<p>No client-visible difference was found between the two servers.</p>"
-    for acknowledged, title, note in (
-        (False, "Unacknowledged differences", "Not covered by the expectations file: the gate fails on each."),
-        (True, "Acknowledged differences", "Known and accepted in the expectations file; clients must still do this."),
-    ):
-        chosen = [g for g in groups if g.acknowledged == acknowledged]
+    items = actions.to_do(groups, labels)
+    for acknowledged, title, note in actions.TO_DO_SECTIONS:
+        chosen = [item for item in items if item.acknowledged == acknowledged]
         if not chosen:
             continue
         state = "acknowledged" if acknowledged else "unacknowledged"
         rows = "".join(
-            f"<tr {_attrs(state, g.features)}><td class='id'><a href='#{g.anchor}'>{c(g.case_id)}</a></td>"
-            f"<td class='id'>{c(g.mode)}</td>"
-            f"<td>{h(g.title)}</td><td>{h(g.summary)}</td><td>{segments(view.client_action(g.members[0], labels))}</td></tr>"
-            for g in chosen
+            f"<tr {_attrs(state, item.features)}><td>{h(item.title)}</td><td>{_where(item)}</td>"
+            f"<td>{_example(item)}</td><td>{segments(item.action)}</td></tr>"
+            for item in chosen
         )
         parts.append(
-            f"<h3 class='state-{state}'>{title} ({len(chosen)})</h3><p class='note'>{note}</p>"
-            "<table class='todo'><thead><tr><th style='width:19%'>case</th><th style='width:8%'>mode</th>"
-            "<th style='width:12%'>difference</th><th style='width:23%'>what changed</th>"
-            f"<th>client action</th></tr></thead><tbody>{rows}</tbody></table>"
+            f"<h3 class='state-{state}'>{h(actions.to_do_heading(title, chosen))}</h3><p class='note'>{note}</p>"
+            "<table class='todo'><thead><tr><th style='width:12%'>difference</th><th style='width:26%'>where</th>"
+            f"<th style='width:24%'>what changed</th><th>client action</th></tr></thead><tbody>{rows}</tbody></table>"
         )
     return "".join(parts)
 
 
+def _where(item: actions.ToDo) -> str:
+    def link(case_id: str, modes: str, anchor: str) -> str:
+        return f"<a href='#{anchor}'>{c(case_id)}</a> ({h(modes)})"
+
+    cases = item.where()
+    links = ", ".join(link(*case) for case in cases[: actions.MAX_ROWS_LISTED])
+    hidden = cases[actions.MAX_ROWS_LISTED:]
+    if hidden:
+        rest = ", ".join(link(*case) for case in hidden)
+        links += f" <details class='more'><summary>and {len(hidden)} more</summary>{rest}</details>"
+    return links
+
+
+def _example(item: actions.ToDo) -> str:
+    group, member = item.entries[0]
+    example = h(view.plain(member.get("summary") or group.title, 300))
+    return f"e.g. {c(group.case_id)}: {example}" if len(item.rows) > 1 else example
+
+
 def _difference(group: DifferenceGroup, labels: Mapping[str, str]) -> str:
     state = "acknowledged" if group.acknowledged else "unacknowledged"
-    items = []
-    for member in group.members:
-        found = view.excerpt(member)
-        base, cand = view.difference_values(member)
-        field = member.get("field")
-        rows = [("What differs", (c(field) + ": " if field else "") + h(view.plain(member.get("summary") or "", 400))),
-                (f"{c(labels['baseline'])} value", c(base)), (f"{c(labels['candidate'])} value", c(cand))]
+    shared = []
+    for found in view.group_excerpts(group):
         if found["request"] is not None:
-            rows.append(("Request", c(found["request"])))
-        rows += [(f"{c(labels[side])} answered", c(found[side])) for side in view.SIDES if found[side] is not None]
-        rows.append(("Client action", segments(view.client_action(member, labels))))
+            shared.append(("Request", c(found["request"])))
+        shared += [(f"{c(labels[side])} answered", c(found[side])) for side in view.SIDES if found[side] is not None]
+    items = [_definitions(shared)] if shared else []
+    for member in group.members:
+        base, cand = view.difference_values(member)
+        field, summary = view.what_differs(member)
+        rows = [("What differs", (c(field) + ": " if field else "") + h(summary)),
+                (f"{c(labels['baseline'])} value", c(base)), (f"{c(labels['candidate'])} value", c(cand)),
+                ("Client action", segments(actions.client_action(member, labels)))]
         ack = view.acknowledgement(member)
         if ack:
             where = ", ".join(f"{key} {c(value)}" for key, value in ack.items() if key != "reason")
             rows.append(("Acknowledged", h(ack.get("reason", "")) + (f" ({where})" if where else "")))
-        items.append("<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>")
+        items.append(_definitions(rows, "member"))
     return (f"<div class='diff' id='{group.anchor}'><h4>{c(group.mode)} · {h(group.title)} "
             f"<span class='state-{state}'>({'acknowledged' if group.acknowledged else 'not acknowledged'})</span> "
             f"<a href='#{group.anchor}' class='note'>link</a></h4>{''.join(items)}</div>")
+
+
+def _definitions(rows: Sequence[tuple[str, str]], css: str = "") -> str:
+    return f"<dl class='{css}'>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
 
 
 def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> str:
     parts = ["<h2 id='behaviours'>Behaviours by feature</h2><p class='note'>One row per case (both modes folded), "
              "under its first feature; <b>show</b> opens a changed row's requests, answers and client actions.</p>"]
     used_ids: set[str] = set()
+    by_case = view.groups_by_case(groups)
     for feature, rows in view.behaviours_by_feature(gate).items():
         body = []
         for behaviour in rows:
             case_id = str(behaviour.get("case_id"))
-            state = view.row_state(behaviour)
             row_id = view.anchor("case", case_id)
             while row_id in used_ids:
                 row_id += "_"
             used_ids.add(row_id)
-            case_groups = view.groups_of_case(groups, case_id)
+            case_groups = by_case.get(case_id, [])
+            state = view.row_state(behaviour, case_groups)
             toggle = "<button class='toggle' aria-expanded='false'>▸ show</button>" if case_groups else ""
             body.append(
                 f"<tr id='{row_id}' class='case' {_attrs(state, behaviour.get('features') or [])}>"

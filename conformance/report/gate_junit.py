@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
+from conformance.report import gate_actions as actions
 from conformance.report import gate_view as view
 
 MAX_MESSAGE = 500
@@ -32,7 +33,7 @@ def _difference_text(members: Any, labels: Mapping[str, str]) -> str:
     lines = []
     for member in members:
         base, cand = view.difference_values(member)
-        action = "".join(view.client_action(member, labels))
+        action = "".join(actions.client_action(member, labels))
         lines += [f"{member.get('field') or member.get('kind')}: {view.plain(member.get('summary') or '', 400)}",
                   f"  {labels['baseline']} (baseline): {base}", f"  {labels['candidate']} (candidate): {cand}",
                   f"  client action: {action}"]

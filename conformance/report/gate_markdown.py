@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from conformance.report import gate_actions as actions
 from conformance.report import gate_view as view
 from conformance.report.gate_view import Code, DifferenceGroup, Segments
 
@@ -71,48 +72,51 @@ def _head(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
 
 
 def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> list[str]:
-    """The differences as a to-do list: unacknowledged first, then acknowledged."""
+    """The differences as a to-do list: one row per distinct advice, unacknowledged first."""
     lines = ["", "## What clients must change", ""]
     if not groups:
         return lines + ["No client-visible difference was found between the two servers."]
-    for acknowledged, title, note in (
-        (False, "Unacknowledged differences", "Not covered by the expectations file: the gate fails on each."),
-        (True, "Acknowledged differences", "Known and accepted in the expectations file; clients must still do this."),
-    ):
-        chosen = [g for g in groups if g.acknowledged == acknowledged]
-        if not chosen:
-            continue
-        lines += [f"### {title} ({len(chosen)})", "", note, ""]
-        lines += _table(
-            ["case", "mode", "difference", "what changed", "client action"],
-            [[code(g.case_id, True), code(g.mode, True), text(g.title), text(g.summary),
-              segments(view.client_action(g.members[0], labels), True)] for g in chosen],
-            more="differences",
-        )
-        lines.append("")
+    items = actions.to_do(groups, labels)
+    for acknowledged, title, note in actions.TO_DO_SECTIONS:
+        chosen = [item for item in items if item.acknowledged == acknowledged]
+        if chosen:
+            lines += [f"### {actions.to_do_heading(title, chosen)}", "", note, ""]
+            lines += _table(["difference", "where", "what changed", "client action"],
+                            [_to_do_row(item) for item in chosen], more="things to do") + [""]
     return lines
+
+
+def _to_do_row(item: actions.ToDo) -> list[str]:
+    cases = item.where()
+    where = ", ".join(f"{code(case_id, True)} ({text(modes)})" for case_id, modes, _ in cases[: actions.MAX_ROWS_LISTED])
+    if len(cases) > actions.MAX_ROWS_LISTED:
+        where += f" and {len(cases) - actions.MAX_ROWS_LISTED} more"
+    group, member = item.entries[0]
+    example = text(view.plain(member.get("summary") or group.title, 300))
+    if len(item.rows) > 1:
+        example = f"e.g. {code(group.case_id, True)}: {example}"
+    return [text(item.title), where, example, segments(item.action, True)]
 
 
 def _difference_details(group: DifferenceGroup, labels: Mapping[str, str]) -> list[str]:
     state = "acknowledged" if group.acknowledged else "**not acknowledged**"
     lines = [f"#### {code(group.case_id)} · {code(group.mode)} · {text(group.title)} ({state})", ""]
-    for member in group.members:
-        found = view.excerpt(member)
-        base, cand = view.difference_values(member)
-        field = member.get("field")
-        lines += [f"- **What differs**: {code(str(field)) + ': ' if field else ''}{text(view.plain(member.get('summary') or '', 400))}",
-                  f"  - {code(labels['baseline'])} (baseline): {code(base)}",
-                  f"  - {code(labels['candidate'])} (candidate): {code(cand)}"]
+    for found in view.group_excerpts(group):
         if found["request"] is not None:
             lines.append(f"- **Request** (the fields that matter): {code(found['request'])}")
-        for side in view.SIDES:
-            if found[side] is not None:
-                lines.append(f"- **{code(labels[side])} answered**: {code(found[side])}")
-        lines.append(f"- **Client action**: {segments(view.client_action(member, labels))}")
+        lines += [f"- **{code(labels[side])} answered**: {code(found[side])}" for side in view.SIDES
+                  if found[side] is not None]
+    for member in group.members:
+        base, cand = view.difference_values(member)
+        field, summary = view.what_differs(member)
+        lines += [f"- **What differs**: {code(field) + ': ' if field else ''}{text(summary)}",
+                  f"  - {code(labels['baseline'])} (baseline): {code(base)}",
+                  f"  - {code(labels['candidate'])} (candidate): {code(cand)}",
+                  f"  - **Client action**: {segments(actions.client_action(member, labels))}"]
         ack = view.acknowledgement(member)
         if ack:
             where = ", ".join(f"{key} {code(value)}" for key, value in ack.items() if key != "reason")
-            lines.append(f"- **Acknowledged**: {text(ack.get('reason', ''))}" + (f" ({where})" if where else ""))
+            lines.append(f"  - **Acknowledged**: {text(ack.get('reason', ''))}" + (f" ({where})" if where else ""))
     return lines + [""]
 
 
@@ -124,17 +128,19 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
              "One row per case (both modes folded), under its first feature. Each changed row is followed by the "
              "request, both servers' answers and the client action.", ""]
     used, cut = 0, 0
+    by_case = view.groups_by_case(groups)
     for feature, rows in view.behaviours_by_feature(gate).items():
         table = [f"### {text(feature)}", ""] + _table(
             ["case", f"{code(labels['baseline'], True)} (baseline)", f"{code(labels['candidate'], True)} (candidate)",
              "changed?"],
             [[code(str(b.get("case_id")), True), code(view.plain(b.get("baseline") or ""), True),
-              code(view.plain(b.get("candidate") or ""), True), ROW_MARKS[view.row_state(b)]] for b in rows],
+              code(view.plain(b.get("candidate") or ""), True),
+              ROW_MARKS[view.row_state(b, by_case.get(str(b.get("case_id")), []))]] for b in rows],
         ) + [""]
         details = []
         for behaviour in rows:
-            case_groups = view.groups_of_case(groups, str(behaviour.get("case_id")))
-            if view.row_state(behaviour) == "unchanged" and not case_groups:
+            case_groups = by_case.get(str(behaviour.get("case_id")), [])
+            if not case_groups and view.row_state(behaviour, case_groups) == "unchanged":
                 continue
             details += [f"**{code(str(behaviour.get('case_id')))}**: {text(view.plain(behaviour.get('description') or '', 400))}", ""]
             for group in case_groups:

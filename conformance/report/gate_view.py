@@ -135,11 +135,18 @@ def difference_groups(gate: Mapping[str, Any]) -> list[DifferenceGroup]:
     return sorted(groups, key=lambda g: (g.acknowledged, order.get(g.case_id, len(order)), g.mode, g.kind))
 
 
-def groups_of_case(groups: Sequence[DifferenceGroup], case_id: str) -> list[DifferenceGroup]:
-    return [g for g in groups if g.case_id == case_id]
+def groups_by_case(groups: Sequence[DifferenceGroup]) -> dict[str, list[DifferenceGroup]]:
+    by_case: dict[str, list[DifferenceGroup]] = {}
+    for group in groups:
+        by_case.setdefault(group.case_id, []).append(group)
+    return by_case
 
 
-def row_state(behaviour: Mapping[str, Any]) -> RowState:
+def row_state(behaviour: Mapping[str, Any], case_groups: Sequence[DifferenceGroup]) -> RowState:
+    """A behaviour row's state, from its case's differences when it has any (each difference says whether
+    it is acknowledged), else from the row's own `changed` / `acknowledged`."""
+    if case_groups:
+        return "acknowledged" if all(g.acknowledged for g in case_groups) else "unacknowledged"
     if not behaviour.get("changed"):
         return "unchanged"
     return "acknowledged" if behaviour.get("acknowledged") else "unacknowledged"
@@ -182,8 +189,21 @@ def _counts_text(summary: Mapping[str, Any] | None) -> str:
     return f"{summary.get('total', '?')} results: " + ", ".join(f"{n} {o}" for o, n in counts.items())
 
 
+def unwrapped(value: Any) -> Any:
+    """A recorded value as a person reads it: tool-call arguments without their `{"json": ...}` wrapper
+    (`{"raw": ...}`, arguments that are not JSON, stays as it is)."""
+    if isinstance(value, Mapping):
+        if len(value) == 1 and "json" in value:
+            return unwrapped(value["json"])
+        return {k: unwrapped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrapped(v) for v in value]
+    return value
+
+
 def difference_values(member: Mapping[str, Any]) -> tuple[str, str]:
-    return json_text(member.get("baseline"), 300), json_text(member.get("candidate"), 300)
+    """Both sides' values of a difference as one-line JSON."""
+    return json_text(unwrapped(member.get("baseline")), 300), json_text(unwrapped(member.get("candidate")), 300)
 
 
 def excerpt(member: Mapping[str, Any]) -> dict[str, str | None]:
@@ -197,143 +217,25 @@ def excerpt(member: Mapping[str, Any]) -> dict[str, str | None]:
     }
 
 
+def what_differs(member: Mapping[str, Any]) -> tuple[str | None, str]:
+    """(the field, unless the summary already starts with its name; the one-line summary)."""
+    field, summary = member.get("field"), plain(member.get("summary") or "", 400)
+    if not field or summary.lower().startswith((str(field).lower(), str(field).replace("_", " ").lower())):
+        return None, summary
+    return str(field), summary
+
+
+def group_excerpts(group: DifferenceGroup) -> list[dict[str, str | None]]:
+    """The distinct excerpts of a row's differences (one, in practice: same case, same mode)."""
+    found = [excerpt(m) for m in group.members]
+    return [e for i, e in enumerate(found) if e not in found[:i] and any(v is not None for v in e.values())]
+
+
 def acknowledgement(member: Mapping[str, Any]) -> dict[str, str] | None:
     ack = member.get("acknowledged")
     if not ack:
         return None
     return {key: plain(ack.get(key), 400) for key in ("reason", "reference", "source") if ack.get(key)}
-
-
-# ---- what a client must do ----------------------------------------------------------------------
-
-
-def client_action(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    """The acknowledgement's `client_action` when the team wrote one, else a default for the kind,
-    worded from the recorded values."""
-    ack = member.get("acknowledged") or {}
-    if ack.get("client_action"):
-        return code_segments(shorten(str(ack["client_action"]), 600))
-    rule = _DEFAULT_ACTIONS.get(str(member.get("kind")), _review)
-    return rule(member, side_labels)
-
-
-def _status(value: Any) -> str:
-    return str(value.get("status")) if isinstance(value, Mapping) and value.get("status") is not None else "?"
-
-
-def _sent(member: Mapping[str, Any], param: str) -> Any:
-    request = (member.get("excerpt") or {}).get("request")
-    return request.get(param) if isinstance(request, Mapping) else None
-
-
-def _refused(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    answer = member.get("candidate") if isinstance(member.get("candidate"), Mapping) else {}
-    param = str(answer.get("param") or member.get("field") or "")
-    sent = _sent(member, param)
-    refusal: Segments = [" is refused by ", Code(side_labels["candidate"]), " with HTTP ", Code(_status(answer)),
-                         *((" param ", Code(param)) if param else ())]
-    if param == "tool_choice" and sent == "required":
-        advice: Segments = ["send ", Code('tool_choice: "auto"'), "; ", Code('"required"'), *refusal,
-                            ", and a tool call is no longer forced: handle an answer without one"]
-    elif param == "tool_choice" and isinstance(sent, Mapping):
-        advice = ["send ", Code('tool_choice: "auto"'), " and name the tool in the prompt; a named tool choice",
-                  *refusal, ", and the model may then call another tool or none"]
-    elif param == "tools":
-        advice = ["drop ", Code("strict: true"), " from the tool definitions; a strict tool", *refusal,
-                  ", so validate the arguments against the schema yourself"]
-    elif param == "parallel_tool_calls" and sent is False:
-        advice = ["omit ", Code("parallel_tool_calls"), " (or send ", Code("null"), "); ",
-                  Code("parallel_tool_calls: false"), *refusal, ", so keep only the first tool call yourself"]
-    elif param:
-        advice = ["stop sending ", Code(f"{param}: {json_text(sent, 120)}" if sent is not None else param), *refusal]
-    else:
-        advice = ["this request", *refusal]
-    return [*advice, "; openai-python raises ", Code("openai.BadRequestError"), " from ", Code("create()"), "."]
-
-
-def _accepted(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    before = member.get("baseline") if isinstance(member.get("baseline"), Mapping) else {}
-    param = before.get("param") or member.get("field")
-    what: Segments = ["this request (", Code(str(param)), ")"] if param else ["this request"]
-    return [*what, " is now answered by ", Code(side_labels["candidate"]), " (HTTP ", Code(_status(member.get("candidate"))),
-            ") where ", Code(side_labels["baseline"]), " refused it with HTTP ", Code(_status(before)),
-            ": code that relied on the refusal (a fallback, a feature probe) now gets a normal answer."]
-
-
-def _message(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    field = str(member.get("field") or "message")
-    base, cand = difference_values(member)
-    if field == "content" and member.get("baseline") in (None, "") and member.get("candidate") not in (None, ""):
-        lead: Segments = ["content now arrives beside the tool calls; show or drop ", Code("message.content"),
-                          " on purpose instead of assuming it is empty when there are tool calls"]
-    elif field.endswith("arguments"):
-        lead = ["parse ", Code(field), " as JSON and accept the types of the tool's schema (values may arrive cast, ",
-                "e.g. ", Code('"5"'), " as ", Code("5"), "); never compare the raw string"]
-    else:
-        lead = ["read ", Code(field), " as the candidate gives it"]
-    return [*lead, ": ", Code(side_labels["baseline"]), " gave ", Code(base), ", ", Code(side_labels["candidate"]),
-            " gives ", Code(cand), "."]
-
-
-def _reasoning_field(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = (plain(member.get(s), 80) for s in SIDES)
-    return ["read the reasoning from ", Code(cand), " (", Code(side_labels["baseline"]), " used ", Code(base),
-            "); reading both keeps a client working with either server."]
-
-
-def _stream_shape(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = difference_values(member)
-    field = member.get("field")
-    where: Segments = [" (", Code(str(field)), ": ", Code(side_labels["baseline"]), " ", Code(base), ", ",
-                       Code(side_labels["candidate"]), " ", Code(cand), ")"]
-    return ["accumulate each tool call's ", Code("function.arguments"), " by concatenating the deltas of its ",
-            Code("index"), " and parse them only after ", Code("finish_reason"), "; do not expect the name or the ",
-            "arguments in a particular chunk or in a particular number of deltas", *where, "."]
-
-
-def _finish_reason(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = difference_values(member)
-    return ["handle ", Code(f"finish_reason: {cand}"), " where ", Code(side_labels["baseline"]), " sent ", Code(base),
-            "; decide on tool calls from ", Code("message.tool_calls"), ", not from ", Code("finish_reason"), " alone."]
-
-
-def _usage(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = difference_values(member)
-    return ["do not depend on ", Code(str(member.get("field") or "usage")), ": ", Code(side_labels["candidate"]),
-            " reports ", Code(cand), " where ", Code(side_labels["baseline"]), " reported ", Code(base), "."]
-
-
-def _client_replay(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = difference_values(member)
-    return ["if you use openai-python's stream accumulator (", Code("client.chat.completions.stream()"), ", ",
-            Code("ChatCompletionStreamState"), "), check its final message: it comes out as ", Code(cand), " under ",
-            Code(side_labels["candidate"]), " and ", Code(base), " under ", Code(side_labels["baseline"]), "."]
-
-
-def _outcome(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = difference_values(member)
-    return ["not a client change: the case is ", Code(base), " under ", Code(side_labels["baseline"]), " and ",
-            Code(cand), " under ", Code(side_labels["candidate"]), "; read the candidate run's failed checks ",
-            "(", Code("candidate/results.jsonl"), ") before switching."]
-
-
-def _review(member: Mapping[str, Any], side_labels: Mapping[Side, str]) -> Segments:
-    base, cand = difference_values(member)
-    return ["review ", Code(str(member.get("field") or member.get("kind"))), ": ", Code(side_labels["baseline"]), " ",
-            Code(base), ", ", Code(side_labels["candidate"]), " ", Code(cand), "."]
-
-
-_DEFAULT_ACTIONS = {
-    "request_refused": _refused,
-    "request_accepted": _accepted,
-    "message": _message,
-    "reasoning_field": _reasoning_field,
-    "stream_shape": _stream_shape,
-    "finish_reason": _finish_reason,
-    "usage": _usage,
-    "client_replay": _client_replay,
-    "outcome": _outcome,
-}
 
 
 # ---- timing ------------------------------------------------------------------------------------
@@ -344,6 +246,13 @@ def seconds(value: Any) -> str:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return "n/a"
     return f"{value * 1000:.0f} ms" if abs(value) < 1 else f"{value:.2f} s"
+
+
+def delay_phrase(delay: float) -> str:
+    """`56 ms later`, `10 ms earlier` or `at the same time` for a candidate-minus-baseline delay."""
+    if round(delay * 1000) == 0:
+        return "at the same time"
+    return f"{seconds(abs(delay))} {'later' if delay > 0 else 'earlier'}"
 
 
 def _stats_text(stats: Any) -> str:
@@ -367,12 +276,15 @@ def timing_sentence(gate: Mapping[str, Any]) -> Segments:
     if not delay.get("n") or not isinstance(delay.get("p50"), (int, float)):
         return ["No streamed case showed a tool name under both servers, so the delay of the first visible tool "
                 "name was not measured."]
-    p50 = delay["p50"]
-    when = f"{seconds(abs(p50))} later" if p50 > 0 else f"{seconds(abs(p50))} earlier" if p50 < 0 else "at the same time"
-    return ["Under ", Code(side_labels["candidate"]), " the first tool name becomes visible ", when, " than under ",
-            Code(side_labels["baseline"]), f" (median over {delay['n']} streamed case runs; p90 {seconds(delay.get('p90'))}, "
-            f"max {seconds(delay.get('max'))}). A client that shows the tool being called as soon as its name "
-            "streams shows it that much later."]
+    phrase = delay_phrase(delay["p50"])
+    figures = [f"{delay_phrase(delay[q])} at {name}" for q, name in (("p90", "p90"), ("max", "the most"))
+               if isinstance(delay.get(q), (int, float))]
+    later = any(isinstance(delay.get(q), (int, float)) and round(delay[q] * 1000) > 0 for q in ("p50", "p90"))
+    return ["Under ", Code(side_labels["candidate"]), " the first tool name becomes visible ", phrase,
+            " as under " if phrase == "at the same time" else " than under ", Code(side_labels["baseline"]),
+            f" at the median of {delay['n']} streamed case runs", *([" (", ", ".join(figures), ")"] if figures else []),
+            ".", *([" A client that shows the tool being called as soon as its name streams shows it that much later "
+                    "in those runs."] if later else [])]
 
 
 # ---- browser clients (CORS) --------------------------------------------------------------------
