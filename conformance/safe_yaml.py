@@ -1,5 +1,5 @@
-"""The one YAML reader of the suite, bounded for untrusted files (checkpoints.yaml, case files, tools.yaml),
-and `read_text`, the UTF-8 reader of every untrusted text file (its errors name the line).
+"""The one YAML reader of the suite, bounded for untrusted files (checkpoints.yaml, case files, tools.yaml, the
+gate's expectations), and `read_text`, the UTF-8 reader of every untrusted text file (its errors name the line).
 
 YAML aliases let a few hundred bytes stand for billions of nodes (an "alias bomb"), and deep nesting makes
 recursive code overflow. `parse` composes the node tree (linear in the text: an alias is one shared node),
@@ -22,7 +22,8 @@ MAX_NODES = 100_000
 MAX_CHARS = 16_000_000
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser when libyaml is there
-_STRING_TAG = "tag:yaml.org,2002:str"
+# Scalars whose construction can fail on a value (a str cannot; `<<` merge keys are handled by their mapping)
+_CHECKED_SCALAR_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in ("int", "float", "timestamp", "binary"))
 
 
 class UnreadableFile(ValueError):
@@ -106,7 +107,7 @@ def _check(node: yaml.Node, size: tuple[int, int, int], sizes: dict, loader: Any
         raise YamlLimitError(
             f"expands to more than {MAX_NODES:,} nodes or {MAX_CHARS:,} characters once its aliases are "
             "followed (an alias bomb?)", node)
-    if isinstance(node, yaml.ScalarNode) and node.tag != _STRING_TAG:
+    if isinstance(node, yaml.ScalarNode) and node.tag in _CHECKED_SCALAR_TAGS:
         try:
             loader.construct_object(node)
         except yaml.YAMLError:

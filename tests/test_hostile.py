@@ -625,3 +625,17 @@ def test_a_path_the_system_refuses_to_look_up_is_an_exit_2_naming_it(tmp_path) -
                  ("run", "--base-url", NO_SERVER.base_url, "--model", "m", "--profile", "hf", "--cases", too_long,
                   "--out", tmp_path / "out")):
         assert_clean_error(conformance(*args), str(too_long))
+
+
+@pytest.mark.parametrize("document", [
+    "a: &x {b: 1}\nc: {<<: *x, d: 2}\n",  # a merge key
+    "c: {<<: [{a: 1}, {b: 2}], e: 3}\n",
+    "t: 2020-01-01 10:00:00\nf: 1.5e3\nn: ~\nb: yes\nbin: !!binary aGVsbG8=\nw: &w [1, 2]\nv: [*w, *w]\n",
+    "- " + "9" * 4000 + "\n",  # within Python's digit limit
+])
+def test_the_bounded_reader_reads_ordinary_yaml_as_pyyaml_does(document) -> None:
+    import yaml
+
+    from conformance import safe_yaml
+
+    assert safe_yaml.parse(document)[1] == yaml.safe_load(document)
