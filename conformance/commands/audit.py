@@ -48,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N",
                         help=f"concurrent Hub fetches (default {DEFAULT_WORKERS})")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
-                        help="seconds to wait for the Hub's answer (default: HF_HUB_ETAG_TIMEOUT or 10)")
+                        help="seconds to wait for the Hub's answer (default: HF_HUB_ETAG_TIMEOUT or 10); each file, "
+                             "retries included, must arrive within 3 times this")
     parser.set_defaults(func=run)
 
 
