@@ -462,7 +462,7 @@ def check_transport(transcript: Transcript, reading: StreamReading | None, expec
     return Check("transport", PASS)
 
 
-def _error_object(body: Any) -> Mapping[str, Any]:
+def error_object(body: Any) -> Mapping[str, Any]:
     if isinstance(body, Mapping):
         inner = body.get("error")
         if isinstance(inner, str):  # vLLM's 401: {"error": "Unauthorized"}
@@ -472,7 +472,7 @@ def _error_object(body: Any) -> Mapping[str, Any]:
 
 
 def _error_text(body: Any) -> str:
-    error = _error_object(body)
+    error = error_object(body)
     return str(error.get("message") or error.get("detail") or body)[:300]
 
 
@@ -753,7 +753,7 @@ def check_expected_error(transcript: Transcript, expected_error: Any) -> Check:
     if transcript.status is None or transcript.status < 400:
         return Check("expected_error", FAIL, EXPECTATION, reason="the request was accepted, expected a refusal",
                      expected=want, actual={"status": transcript.status})
-    error = _error_object(transcript.error_body)
+    error = error_object(transcript.error_body)
     got = {"status": transcript.status, "param": error.get("param"), "message": error.get("message")}
     problems = []
     if want["status"] is not None and got["status"] != want["status"]:
@@ -889,7 +889,7 @@ def _no_responses_api(transcript: Transcript) -> bool:
     """A 404/405 from /responses that is not about the model: the server has no such route."""
     if transcript.endpoint != "responses" or transcript.status not in NO_ROUTE_STATUSES:
         return False
-    error = _error_object(transcript.error_body)
+    error = error_object(transcript.error_body)
     return error.get("param") != "model" and "model" not in str(error.get("message") or error.get("detail") or "").lower()
 
 
@@ -921,7 +921,7 @@ def judge_preflight(case: Any, transcript: Transcript) -> list[Check]:
 
 
 def _compare_refusals(stream: Transcript, non_stream: Transcript) -> Check:
-    same = stream.status == non_stream.status and _error_object(stream.error_body).get("param") == _error_object(
+    same = stream.status == non_stream.status and error_object(stream.error_body).get("param") == error_object(
         non_stream.error_body
     ).get("param")
     if same:

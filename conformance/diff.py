@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from conformance.checks import Message, StreamReading, _error_object, message_view, read_stream, response_message
+from conformance.checks import Message, StreamReading, error_object, message_view, read_stream, response_message
 from conformance.results import CaseResult
 from conformance.transcript import Transcript
 
@@ -134,7 +134,7 @@ def _answered(transcript: Transcript) -> bool:
 def _refusal(transcript: Transcript) -> dict[str, Any] | None:
     if transcript.status is None or transcript.status < 400:
         return None
-    error = _error_object(transcript.error_body)
+    error = error_object(transcript.error_body)
     return {"status": transcript.status, "param": error.get("param"), "message": error.get("message")}
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from conformance.diff import Difference
 
-SHIPPED_DIR = Path(__file__).resolve().parent / "expectations"
+SHIPPED_DIR = Path(__file__).resolve().parent / "shipped_expectations"
 DEFAULT_PAIR_FILE = SHIPPED_DIR / "vllm-0.32-legacy-to-hf.yaml"  # the expectations of the default gate
 
 

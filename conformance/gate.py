@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import exit_codes
-from conformance.checks import _error_object, message_view, read_stream, response_message
+from conformance.checks import error_object, message_view, read_stream, response_message
 from conformance.diff import Difference, Pair, diff_pair, pair_runs, stream_shape
 from conformance.expectations import Acknowledgement, acknowledge
 from conformance.results import CaseResult, summarize
@@ -178,7 +178,7 @@ def answer_summary(transcript: Transcript | None) -> str | None:
         return (f"HTTP {transcript.status}, access-control-allow-origin: "
                 f"{headers.get('access-control-allow-origin') or 'absent'}")
     if transcript.status >= 400:
-        error = _error_object(transcript.error_body)
+        error = error_object(transcript.error_body)
         param = f" param {error.get('param')}" if error.get("param") else ""
         return f"HTTP {transcript.status}{param}: {str(error.get('message') or transcript.error_body)[:160]}"
     reading = read_stream(transcript) if transcript.mode == "stream" else None

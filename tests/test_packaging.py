@@ -72,6 +72,8 @@ def test_the_wheel_carries_cases_contract_and_licence_and_test_tools_only_as_an_
     shipped = {p.name for p in (REPO_ROOT / "cases").iterdir()}
     assert {f"conformance/shipped_cases/{name}" for name in shipped} <= names
     assert "conformance/shipped_docs/vllm-0.32-contract.md" in names
+    assert "conformance/shipped_expectations/vllm-0.32-legacy-to-hf.yaml" in names
+    assert {f"conformance/schemas/{n}.schema.json" for n in ("expectations", "transcripts", "results")} <= names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "License-Expression: Apache-2.0" in metadata
     requirements = [line.split(": ", 1)[1] for line in metadata.splitlines() if line.startswith("Requires-Dist: ")]
@@ -99,6 +101,14 @@ def test_the_installed_audit_reads_a_local_checkpoint(venv: Path, tmp_path: Path
     assert completed.returncode == exit_codes.OK, completed.stderr
     report = json.loads(completed.stdout)
     assert report["checkpoints"][0]["vllm_0_32"]["both"] == {"starts": True, "error": None}
+
+
+def test_the_installed_gate_reads_its_shipped_expectations(venv: Path, tmp_path: Path) -> None:
+    check = "from conformance.expectations import DEFAULT_PAIR_FILE, load_expectations; print(len(load_expectations(DEFAULT_PAIR_FILE)))"
+    completed = run_installed(venv, tmp_path, "python", "-c", check)
+    assert completed.returncode == 0 and int(completed.stdout) > 5, completed.stderr  # its references resolve too
+    compare = run_installed(venv, tmp_path, "conformance", "compare", "no-run-a", "no-run-b")
+    assert compare.returncode == exit_codes.ERROR and "Traceback" not in compare.stderr
 
 
 def test_the_pytest_plugin_loads_from_the_installed_entry_point(venv: Path, tmp_path: Path) -> None:

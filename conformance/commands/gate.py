@@ -21,7 +21,7 @@ one side only. An expectations file (--expect) acknowledges known differences wi
 
 With no arguments: builds the tiny checkpoint, launches real vLLM 0.32 with the legacy profile
 (hermes + qwen3) and the hf profile at once, runs the gate with the shipped expectations for that
-switch (conformance/expectations/vllm-0.32-legacy-to-hf.yaml) and writes everything under
+switch (conformance/shipped_expectations/vllm-0.32-legacy-to-hf.yaml) and writes everything under
 reports/gate-<time>/: gate.json, report.md, report.html, timing.png, junit.xml, and each side's
 run in baseline/ and candidate/ (`conformance compare` re-judges those with no server).
 
