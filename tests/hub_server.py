@@ -11,6 +11,7 @@ Point huggingface_hub at it with `HF_ENDPOINT=server.url`.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import sys
 import threading
@@ -27,6 +28,7 @@ PRIVATE = "private"  # answers only with `Authorization: Bearer <token>`
 OVERSIZE = "oversize"  # the body goes on past the announced size, without Content-Length (up to 64 MB)
 TRICKLE = "trickle"  # one byte of the body every `delay_s`
 STALL = "stall"  # the headers, then nothing
+GZIP_BOMB = "gzip_bomb"  # Content-Encoding: gzip whatever was asked, 200 KB that inflate to 200 MB
 HOSTILE_LIMIT_S = 30.0
 
 
@@ -187,6 +189,10 @@ class HubServer:
                 if start:
                     headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
                 payload = data[start:]
+                if repo.mode == GZIP_BOMB:
+                    bomb = gzip.compress(payload + b" " * (200 * 1024 * 1024), compresslevel=9)
+                    return self._send(status, {**headers, "Content-Encoding": "gzip",
+                                               "Content-Length": str(len(bomb))}, bomb)
                 if repo.mode in (OVERSIZE, TRICKLE, STALL):
                     return self._hostile(repo, status, headers, payload)
                 key = f"{repo_id}/{filename}"

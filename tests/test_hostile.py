@@ -262,6 +262,7 @@ def hostile_hub():
         server.add_repo("t/oversize", {"tokenizer_config.json": config}, mode=hub_server.OVERSIZE)
         server.add_repo("t/trickle", {"tokenizer_config.json": config * 100}, mode=hub_server.TRICKLE, delay_s=0.5)
         server.add_repo("t/stall", {"tokenizer_config.json": config}, mode=hub_server.STALL)
+        server.add_repo("t/gzip-bomb", {"tokenizer_config.json": config}, mode=hub_server.GZIP_BOMB)
         server.add_repo("t/fine", {"tokenizer_config.json": config})
         yield server
 
@@ -281,6 +282,20 @@ def test_hub_downloads_are_bounded_by_the_bytes_read_and_a_deadline_per_file(hos
     assert audits["t/fine"]["status"] == "ok"
     assert elapsed < 15, elapsed
     assert all(p.stat().st_size <= 5 * 1024 * 1024 for p in (tmp_path / "hub").rglob("*") if p.is_file())
+
+
+def test_a_compressed_answer_is_stored_as_it_came_not_inflated(hostile_hub, tmp_path) -> None:
+    def limit_files() -> None:  # inflated, the answer would be a 200 MB file
+        resource.setrlimit(resource.RLIMIT_FSIZE, (50 * 1024 * 1024, 50 * 1024 * 1024))
+
+    completed, audits = audit_hub(hostile_hub, tmp_path, "t/gzip-bomb", "--timeout", "5", timeout=60,
+                                  preexec_fn=limit_files)
+    assert completed.returncode == 2 and "Traceback" not in completed.stderr, completed.stderr[-2000:]
+    # identity was asked for: the 200 KB of gzip are what is stored (they do not match the file's size);
+    # inflated, writing them would pass the 50 MB file limit ("File too large")
+    audit = audits["t/gzip-bomb"]
+    assert (audit["status"], audit["error"]) == ("network_error", "tokenizer_config.json arrived incomplete "
+                                                 "(truncated download)"), audit
 
 
 # --- 8. long SSE lines: read in linear time, and capped ----------------------------------------------
