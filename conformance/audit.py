@@ -13,19 +13,22 @@ from pathlib import Path
 from conformance import hub
 from conformance.checkpoints import CheckpointEntry, revision_warning
 from conformance.template import (
+    CONFIGURATIONS,
     Finding,
     StartupVerdict,
     TemplateAnalysis,
     TemplateAnalysisTimeout,
+    TemplateTooExpensive,
     analyze_template,
 )
 
 OK = hub.OK
 TEMPLATE_TIMEOUT = "template_timeout"
+TEMPLATE_TOO_EXPENSIVE = "template_too_expensive"  # the analysis needed more memory than its worker may have
 ANALYSIS_ERROR = "analysis_error"  # the analysis worker itself failed: a tool problem
 # Statuses that say something about the checkpoint itself (exit 1); any other failure means the audit
 # could not look at the checkpoint (Hub, network, cache, access: exit 2).
-CHECKPOINT_FAULTS = frozenset({hub.INVALID_JSON, hub.TOO_LARGE, TEMPLATE_TIMEOUT})
+CHECKPOINT_FAULTS = frozenset({hub.INVALID_JSON, hub.TOO_LARGE, TEMPLATE_TIMEOUT, TEMPLATE_TOO_EXPENSIVE})
 
 
 @dataclass
@@ -41,9 +44,12 @@ class CheckpointAudit:
     expect: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     position: int = 0  # place in the requested order
+    startup_error: str | None = None  # vLLM fails reading the files themselves, whatever the flags
 
     @property
     def vllm_0_32(self) -> dict[str, StartupVerdict] | None:
+        if self.template is None and self.startup_error is not None:
+            return {name: StartupVerdict(starts=False, error=self.startup_error) for name in CONFIGURATIONS}
         return self.template.vllm_0_32 if self.template is not None else None
 
     @property
@@ -71,6 +77,8 @@ def _analyze(audit: CheckpointAudit, tokenizer_config: dict) -> CheckpointAudit:
         audit.template = analyze_template(tokenizer_config)
     except TemplateAnalysisTimeout as exc:
         audit.status, audit.error = TEMPLATE_TIMEOUT, str(exc)
+    except TemplateTooExpensive as exc:
+        audit.status, audit.error = TEMPLATE_TOO_EXPENSIVE, str(exc)
     except RuntimeError as exc:
         audit.status, audit.error = ANALYSIS_ERROR, str(exc)
     return audit
@@ -80,15 +88,19 @@ def audit_local(directory: Path) -> CheckpointAudit:
     """Audit a checkpoint directory on disk (e.g. a model about to be uploaded)."""
     directory = Path(directory)
     audit = CheckpointAudit(id=str(directory), source="local", revision=None, commit=None, status=OK)
-    audit.files = [name for name in (hub.TOKENIZER_CONFIG, *hub.OPTIONAL_FILES) if (directory / name).is_file()]
+    try:
+        audit.files = [name for name in (hub.TOKENIZER_CONFIG, *hub.OPTIONAL_FILES) if (directory / name).is_file()]
+    except OSError as exc:  # a directory that cannot be listed
+        audit.status, audit.error = hub.UNREADABLE, f"{directory}: cannot read: {exc.strerror or exc}"
+        return audit
     config_path = directory / hub.TOKENIZER_CONFIG
-    if not config_path.is_file():
+    if hub.TOKENIZER_CONFIG not in audit.files:
         audit.status, audit.error = hub.NOT_FOUND, f"{config_path}: no such file"
         return audit
     try:
         tokenizer_config = hub.read_checkpoint_files({name: directory / name for name in audit.files})
     except hub.FetchError as exc:
-        audit.status, audit.error = exc.kind, f"{directory}/{exc}"
+        audit.status, audit.error, audit.startup_error = exc.kind, f"{directory}/{exc}", exc.startup_error
         return audit
     return _analyze(audit, tokenizer_config)
 
@@ -97,6 +109,7 @@ def _audit_fetched(fetched: hub.FetchedCheckpoint, entry: CheckpointEntry, posit
     audit = CheckpointAudit(
         id=entry.repo, source="hub", revision=entry.revision, commit=fetched.commit, status=fetched.status,
         error=fetched.error, files=list(fetched.files), expect=dict(entry.expect), position=position,
+        startup_error=fetched.startup_error,
         warnings=[warning] if (warning := revision_warning(entry)) else [],
     )
     if fetched.tokenizer_config is None:

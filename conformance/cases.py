@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
+from conformance import safe_yaml
 from conformance.contract import reference_problem
 from conformance.profiles import PROFILES
 from conformance.shipped import CASES_DIR
@@ -41,7 +42,6 @@ RESPONSES_STATUSES = frozenset({"completed", "incomplete"})
 MIN_DESCRIPTION_WORDS = 6
 MESSAGE_FIELDS = ("reasoning", "content", "tool_calls")
 STREAM_FEATURE = "stream"  # the registry tag for "the stream knowingly differs": kept in step with `stream` overrides
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser when libyaml is there
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,7 +225,12 @@ def check_suite(directory: Path | None = None) -> SuiteCheck:
     shipped = directory is None
     directory = Path(directory) if directory is not None else DEFAULT_CASES_DIR
     check = SuiteCheck(directory)
-    if not directory.is_dir():
+    try:
+        is_directory = directory.is_dir()
+    except OSError as exc:  # e.g. a name too long
+        check.issues.append(Issue(directory, f"cannot read: {exc.strerror or exc}"))
+        return check
+    if not is_directory:
         check.issues.append(Issue(directory, SHIPPED_MISSING if shipped else "not a directory"))
         return check
     try:
@@ -281,14 +286,19 @@ def load_features(directory: Path | None = None) -> dict[str, str]:
 def _load_features(directory: Path) -> tuple[dict[str, str], list[Issue]]:
     """Read `features.txt` from `directory`, falling back to the shipped registry."""
     path = directory / FEATURES_FILE
-    if not path.exists():
+    try:
+        own = path.exists()
+    except OSError:  # a directory that cannot be looked up: check_suite says so
+        own = False
+    if not own:
         path = DEFAULT_CASES_DIR / FEATURES_FILE
     features: dict[str, str] = {}
     issues: list[Issue] = []
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return features, [Issue(path, f"cannot read the feature registry: {exc}")]
+        text = safe_yaml.read_text(path)
+    except safe_yaml.UnreadableFile as exc:
+        reason = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+        return features, [Issue(path, f"cannot read the feature registry: {reason}")]
     for number, raw_line in enumerate(text.splitlines(), start=1):
         line = raw_line.strip()
         if not line or line.startswith("#"):
@@ -356,11 +366,11 @@ def _read_document(path: Path, validator: Any) -> tuple[_Locator | None, list[Is
     """Parse and schema-check one file: (its locator, or None when nothing in it is usable; the
     problems found; the indices of cases with schema errors)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, [Issue(path, f"cannot read: {exc}")], set()
+        text = safe_yaml.read_text(path)
+    except safe_yaml.UnreadableFile as exc:
+        return None, [Issue(path, str(exc))], set()
     try:
-        node, data = _parse_yaml(text)
+        node, data = safe_yaml.parse(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         if mark is None:
@@ -407,16 +417,6 @@ def _check_file(
         if index not in invalid_cases and not any(issue.severity == "error" for issue in case_issues):
             cases.append(_build_case(raw, index, tools, path, _node_line(node, ["cases", index]) or 0))
     return cases, sorted(issues, key=lambda issue: issue.line or 0)
-
-
-def _parse_yaml(text: str) -> tuple[yaml.Node | None, Any]:
-    """The node tree (for line numbers and duplicate keys) and the data, from one parse."""
-    loader = _YAML_LOADER(text)
-    try:
-        node = loader.get_single_node()
-        return node, (loader.construct_document(node) if node is not None else None)
-    finally:
-        loader.dispose()
 
 
 def _semantic_issues(
@@ -604,20 +604,10 @@ def _node_line(node: yaml.Node | None, path: list[str | int]) -> int | None:
     return node.start_mark.line + 1
 
 
-def _duplicate_keys(node: yaml.Node | None, locator: _Locator, at: list[str | int] | None = None) -> Iterator[Issue]:
+def _duplicate_keys(node: yaml.Node | None, locator: _Locator) -> Iterator[Issue]:
     """YAML silently keeps the last of two equal keys; report them instead."""
-    at = at or []
-    if isinstance(node, yaml.MappingNode):
-        seen = set()
-        for key, value in node.value:
-            if key.value in seen:
-                yield replace(locator.issue([*at, key.value], f"duplicate key {key.value!r}"),
-                              line=key.start_mark.line + 1)
-            seen.add(key.value)
-            yield from _duplicate_keys(value, locator, [*at, key.value])
-    elif isinstance(node, yaml.SequenceNode):
-        for position, item in enumerate(node.value):
-            yield from _duplicate_keys(item, locator, [*at, position])
+    for path, line in safe_yaml.duplicate_keys(node):
+        yield replace(locator.issue(path, f"duplicate key {path[-1]!r}"), line=line)
 
 
 def _schema_problems(data: Any, validator: Any) -> Iterator[tuple[list[str | int], str]]:

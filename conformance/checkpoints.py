@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from conformance import safe_yaml
+
 COMMIT_SHA = re.compile(r"[0-9a-f]{40}")
 # Separators are required between alphanumeric runs, so a failing match cannot backtrack exponentially.
 _VERSION_TAG = re.compile(r"v?\d[A-Za-z0-9]*(?:[.-][A-Za-z0-9]+)*")
@@ -115,14 +117,26 @@ def validate_entries(data: Any, source: str) -> list[CheckpointEntry]:
 def load_checkpoints(path: Path) -> list[CheckpointEntry]:
     """Read and validate a checkpoints.yaml file."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CheckpointsError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        text = safe_yaml.read_text(path)
+    except safe_yaml.UnreadableFile as exc:
+        raise CheckpointsError(f"{path}: {exc}") from exc
     try:
-        data = yaml.safe_load(text)
+        node, data = safe_yaml.parse(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise CheckpointsError(f"{path}: invalid YAML{where}: {problem}") from exc
+    duplicates = [_describe_duplicate(str(path), data, at, line) for at, line in safe_yaml.duplicate_keys(node)]
+    if duplicates:
+        raise CheckpointsError("\n".join(duplicates))
     return validate_entries(data, source=str(path))
+
+
+def _describe_duplicate(source: str, data: Any, at: list[str | int], line: int) -> str:
+    """The message for a key given twice (YAML would keep the last value silently), as the case linter says it."""
+    if len(at) < 2 or not isinstance(data, list):
+        return f"{source}: line {line}: duplicate key {at[-1]!r}"
+    repo = data[at[0]].get("repo") if isinstance(data[at[0]], dict) else None
+    where = f"{source}: entry {at[0]}" + (f" ({repo})" if isinstance(repo, str) else "")
+    return f"{where}: line {line}: duplicate key {'.'.join(map(str, at[1:]))!r}"

@@ -294,6 +294,13 @@ def shape_problems(transcript: Transcript) -> list[str]:
     return problems
 
 
+def shape_failure(problems: Sequence[str]) -> Check:
+    """The `response_shape` fail for an answer with these `shape_problems` (the first three named)."""
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    return Check("response_shape", FAIL, reason="the answer does not have the API's shape: "
+                 + "; ".join(problems[:3]) + more)
+
+
 def _innermost(errors: Iterable[Any]) -> Iterator[Any]:
     """Schema errors, an `anyOf` replaced by the errors deeper inside its object branch."""
     for error in errors:
@@ -449,6 +456,8 @@ def check_transport(transcript: Transcript, reading: StreamReading | None, expec
         if reading.stream_error is not None:
             return Check("transport", ERROR, reason=f"error inside the stream: {_error_text(reading.stream_error)}")
     elif transcript.status < 400 and response_message(transcript) is None:
+        if problems := shape_problems(transcript):  # an answer, of the wrong shape: the server's fault
+            return shape_failure(problems)
         return Check("transport", ERROR, reason="the response has no choices[0].message / output")
     return Check("transport", PASS)
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT = 120.0  # seconds per request
 DEFAULT_CONCURRENCY = 8  # requests in flight at once
 DEFAULT_PREFLIGHT_PATH = "/chat/completions"
+DEFAULT_MAX_LINE_BYTES = 16 * 1024 * 1024  # one SSE line, or a whole non-streaming body
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Target:
     version: str | None = None
     args: tuple[str, ...] = ()
     checkpoint_revision: str | None = None
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES  # a longer SSE line (or non-streaming body) is an `error`
 
     @property
     def root_url(self) -> str:
@@ -140,10 +142,10 @@ async def fetch_server_version(clients: Clients, target: Target, probe: VersionP
     if probe is None:
         return None
     try:
-        reply = await clients.api.get(f"{target.root_url}{probe.path}", cast_to=httpx2.Response,
-                                      options={"timeout": 10})
-        return probe.read(reply.json())
-    except (openai.APIError, ValueError, KeyError, TypeError):
+        async with asyncio.timeout(target.timeout):  # the whole answer: a trickle must not hold the run
+            reply = await clients.api.get(f"{target.root_url}{probe.path}", cast_to=httpx2.Response)
+            return probe.read(reply.json())
+    except (openai.APIError, TimeoutError, ValueError, KeyError, TypeError):
         return None
 
 
@@ -166,24 +168,52 @@ def request_body(case: Any, mode: str, model: str, forcing: Mapping[str, Any] | 
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 
 
-async def _sse_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+class LineTooLong(ValueError):
+    """An answer line (or non-streaming body) longer than the run's cap (`Target.max_line_bytes`)."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(f"{what} is longer than {limit} bytes (the cap; `conformance run --max-line-bytes`)")
+
+
+async def _sse_lines(chunks: AsyncIterator[bytes], max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> AsyncIterator[str]:
     """The lines of an event stream, split where the SSE spec splits them: at CRLF, LF or CR only.
     (httpx's `aiter_lines` splits like `str.splitlines`, so also inside a JSON string at U+0085,
     U+2028 or U+2029, which vLLM writes unescaped: a model that outputs one would look like a
-    broken stream.)"""
-    rest, after_cr = b"", False
+    broken stream.) Linear in the bytes read: only each new chunk is searched for line breaks, and the
+    pieces of an unfinished line are joined once it ends. A line past `max_line_bytes` raises LineTooLong."""
+    pending: list[bytes] = []  # the pieces of the unfinished line
+    pending_bytes, after_cr = 0, False
     async for chunk in chunks:
-        if not chunk:
-            continue
         if after_cr and chunk.startswith(b"\n"):  # the LF of a CRLF split between two reads
             chunk = chunk[1:]
-        data = rest + chunk
-        *lines, rest = _LINE_BREAK.split(data)
-        after_cr = data.endswith(b"\r")
-        for line in lines:
+        after_cr = chunk.endswith(b"\r")
+        if not chunk:
+            continue
+        *lines, rest = _LINE_BREAK.split(chunk)
+        for number, line in enumerate(lines):
+            if number == 0 and pending:
+                line, pending, pending_bytes = b"".join((*pending, line)), [], 0
+            if len(line) > max_line_bytes:
+                raise LineTooLong("an SSE line", max_line_bytes)
             yield line.decode("utf-8", "replace")
-    if rest:
-        yield rest.decode("utf-8", "replace")
+        if rest:
+            pending.append(rest)
+            pending_bytes += len(rest)
+            if pending_bytes > max_line_bytes:
+                raise LineTooLong("an SSE line", max_line_bytes)
+    if pending:
+        yield b"".join(pending).decode("utf-8", "replace")
+
+
+async def _read_body(chunks: AsyncIterator[bytes], max_bytes: int) -> bytes:
+    """A whole non-streaming body, at most `max_bytes` (LineTooLong beyond)."""
+    pieces, size = [], 0
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > max_bytes:
+            raise LineTooLong("the response body", max_bytes)
+        pieces.append(chunk)
+    return b"".join(pieces)
 
 
 async def _sse_payloads(lines: AsyncIterator[str]) -> AsyncIterator[str]:
@@ -213,6 +243,8 @@ def _describe(exc: BaseException, timeout: float) -> str:
     import httpx2
     import openai
 
+    if isinstance(exc, LineTooLong):
+        return str(exc)
     if isinstance(exc, (TimeoutError, openai.APITimeoutError, httpx2.TimeoutException)):
         return f"timeout: no complete response within {timeout:g}s ({type(exc).__name__})"
     if isinstance(exc, openai.APIConnectionError):
@@ -261,10 +293,10 @@ async def send(
             try:
                 transcript.status = response.status_code
                 if mode == "stream":
-                    async for data in _sse_payloads(_sse_lines(response.aiter_bytes())):
+                    async for data in _sse_payloads(_sse_lines(response.aiter_bytes(), target.max_line_bytes)):
                         transcript.sse.append(SseLine(data, round(time.monotonic() - start, 6)))
                 else:
-                    parsed = _body_of(await response.aread())
+                    parsed = _body_of(await _read_body(response.aiter_bytes(), target.max_line_bytes))
                     if isinstance(parsed, dict):
                         transcript.response = parsed
                     else:

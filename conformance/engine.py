@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import sys
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -19,7 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from conformance.cases import MODES
-from conformance.checks import DEFAULT_MARKERS, Check, SkipKind, judge, shape_problems, template_markers
+from conformance.checks import (
+    DEFAULT_MARKERS,
+    Check,
+    SkipKind,
+    judge,
+    shape_failure,
+    shape_problems,
+    template_markers,
+)
 from conformance.driver import (
     DEFAULT_CONCURRENCY,
     Target,
@@ -73,12 +80,13 @@ def markers_for_checkpoint(checkpoint: Path | None) -> tuple[str, ...]:
     """The delimiters checked for leaks: from the checkpoint's response_template, else the defaults."""
     if checkpoint is None:
         return template_markers(None)
-    path = checkpoint / "tokenizer_config.json"
+    from conformance.hub import FetchError, read_tokenizer_config
+
     try:
-        config = json.loads(path.read_text("utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path}: cannot read: {exc}") from exc
-    return template_markers(config.get("response_template") if isinstance(config, dict) else None)
+        config = read_tokenizer_config(checkpoint / "tokenizer_config.json")
+    except FetchError as exc:  # it names the file (and line); say which directory
+        raise CheckpointError(f"{checkpoint}/{exc}") from exc
+    return template_markers(config.get("response_template"))
 
 
 def known_profiles(cases: Iterable[Any]) -> set[str]:
@@ -128,9 +136,7 @@ def _unreadable(transcript: Transcript, companion: Transcript | None, exc: Excep
     if not problems and companion is not None:
         problems = [f"the non-streaming answer it is compared with: {p}" for p in shape_problems(companion)]
     if problems:
-        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
-        return Check("response_shape", "fail", reason="the answer does not have the API's shape: "
-                     + "; ".join(problems[:3]) + more)
+        return shape_failure(problems)
     return Check("judge", "error", reason=f"internal error while judging: {type(exc).__name__}: {exc}")
 
 
@@ -168,11 +174,12 @@ async def resolve_forcing(target: Target, cases: Sequence[Any], natural: bool) -
     `forcing_error`: the forced cases are then errors, never skips nor assumed to be forced."""
     if target.can_force is not None or natural or all(case.force is None for case in cases):
         return target
-    from conformance.forcing import ForcingUnsupported, ServerRefused
+    from conformance.forcing import ForcingUnsupported, ServerRefused, in_daemon_thread
 
     method = profile_record(target.profile).forcing
-    try:
-        await asyncio.to_thread(method.probe, target.root_url, target.model, target.timeout, target.api_key)
+    try:  # the probe and its verification, within --timeout
+        await in_daemon_thread(target.timeout, method.probe, target.root_url, target.model, target.timeout,
+                               target.api_key)
     except ForcingUnsupported as exc:
         return replace(target, can_force=False, cannot_force_reason=target.redact(str(exc)))
     except (ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError) as exc:
@@ -210,19 +217,29 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript
         verify_forced_output,
     )
 
-    if transcript.mode == "stream":
-        reading = read_stream(transcript)
-        token_ids, message = token_ids_of_stream(reading.chunks), reading.message
-    else:
-        token_ids, message = token_ids_of(transcript.response or {}), response_message(transcript)
-    # Non-streaming answers report `tool_calls`, not `length`, for a call parsed from a cut output
-    # (contract 3.5), so a cut is also told by the token count reaching the request's limit.
-    limit = transcript.request.get("max_completion_tokens") or transcript.request.get("max_tokens")
-    truncated = (message is not None and message.finish_reason == "length") or bool(
-        limit and token_ids and len(token_ids) >= limit)
-    try:
+    try:  # an answer of the wrong shape cannot be verified; judging reports it as a `response_shape` fail
+        if transcript.mode == "stream":
+            reading = read_stream(transcript)
+            token_ids, message = token_ids_of_stream(reading.chunks), reading.message
+        else:
+            token_ids, message = token_ids_of(transcript.response or {}), response_message(transcript)
+        # Non-streaming answers report `tool_calls`, not `length`, for a call parsed from a cut output
+        # (contract 3.5), so a cut is also told by the token count reaching the request's limit.
+        limit = transcript.request.get("max_completion_tokens") or transcript.request.get("max_tokens")
+        truncated = (message is not None and message.finish_reason == "length") or bool(
+            limit and token_ids and len(token_ids) >= limit)
         return verify_forced_output(tokenizer, case.force, token_ids, markers, truncated=truncated)
     except (ForcingUnsupported, ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError):
+        return None
+
+
+async def _verify_within(timeout: float, *args: Any) -> list[str] | None:
+    """`verify_forcing(*args)`, its /tokenize and /detokenize requests within `timeout` (else unverified)."""
+    from conformance.forcing import in_daemon_thread
+
+    try:
+        return await in_daemon_thread(timeout, verify_forcing, *args)
+    except TimeoutError:
         return None
 
 
@@ -302,7 +319,8 @@ async def run_async(
         bar = _Progress(request_count(cases, repeat), progress)
         method = profile_record(target.profile).forcing
         # one per run, made at the first forced answer (a profile that cannot force has none)
-        tokenizer = functools.cache(lambda: method.tokenizer(target.root_url, target.model, target.api_key))
+        tokenizer = functools.cache(lambda: method.tokenizer(target.root_url, target.model, target.api_key,
+                                                             target.timeout))
 
         async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
             forcing, not_sent = _forcing_for(case, target, natural)
@@ -313,8 +331,8 @@ async def run_async(
                     transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
                                             repeat=repeat_index)
                     if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
-                        transcript.forcing_problems = await asyncio.to_thread(
-                            verify_forcing, tokenizer(), case, transcript, markers)
+                        transcript.forcing_problems = await _verify_within(target.timeout, tokenizer(), case,
+                                                                           transcript, markers)
             transcripts.append(transcript)
             if writers:
                 writers[0].write(transcript.to_dict())

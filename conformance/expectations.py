@@ -78,15 +78,16 @@ def load_expectations(path: Path) -> list[Acknowledgement]:
     import jsonschema
     import yaml
 
-    from conformance.cases import _node_line, _parse_yaml, format_path
+    from conformance import safe_yaml
+    from conformance.cases import _node_line, format_path
     from conformance.checkpoints import load_schema
 
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ExpectationsError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from exc
+        text = safe_yaml.read_text(path)
+    except safe_yaml.UnreadableFile as exc:
+        raise ExpectationsError(f"{path}: {exc}") from exc
     try:
-        node, data = _parse_yaml(text)
+        node, data = safe_yaml.parse(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f":{mark.line + 1}" if mark else ""

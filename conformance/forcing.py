@@ -24,12 +24,16 @@ error that says nothing about forcing (401/403, 404 unknown model or path, 429, 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from conformance.fixture import MARKER_TOKENS
 
@@ -122,8 +126,8 @@ class ServerTokenizer:
     the same token ids (the stream and non-stream of one case, usually) are decoded once.
     Safe to share between threads (a race only asks twice)."""
 
-    def __init__(self, root_url: str, model: str, api_key: str | None = None) -> None:
-        self.root_url, self.model, self.api_key = root_url, model, api_key
+    def __init__(self, root_url: str, model: str, api_key: str | None = None, timeout: float = 60) -> None:
+        self.root_url, self.model, self.api_key, self.timeout = root_url, model, api_key, timeout
         self._token_ids: dict[str, list[int]] = {}
         self._texts: dict[tuple[int, ...], str] = {}
 
@@ -143,7 +147,7 @@ class ServerTokenizer:
 
     def _endpoint(self, path: str, body: dict) -> dict:
         try:
-            return _post_json(self.root_url + path, body, 60, self.api_key)
+            return _post_json(self.root_url + path, body, self.timeout, self.api_key)
         except urllib.error.HTTPError as error:
             if error.code in (404, 405):
                 raise ForcingUnsupported(f"the server has no {path[1:]} endpoint to verify tokens") from error
@@ -204,7 +208,8 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str 
         if error.code in REFUSED_FORCING_STATUSES:
             raise ForcingUnsupported(f"the server refused a forced request: {http_error_text(error)}") from error
         raise ServerRefused(http_error_text(error)) from error
-    problems = verify_forced_output(ServerTokenizer(root_url, model, api_key), PROBE_TEXT, token_ids_of(response))
+    problems = verify_forced_output(ServerTokenizer(root_url, model, api_key, timeout), PROBE_TEXT,
+                                    token_ids_of(response))
     if problems:
         raise ForcingUnsupported(
             "the server did not honour a forced output (a vLLM server with a reasoning parser needs "
@@ -212,7 +217,13 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str 
         )
 
 
+MAX_SIDE_ANSWER_BYTES = 16 * 1024 * 1024
+
+
 def _post_json(url: str, body: dict, timeout: float, api_key: str | None) -> dict:
+    """POST `body`, the JSON answer; the whole answer within `timeout` seconds (a trickle is cut, TimeoutError)
+    and MAX_SIDE_ANSWER_BYTES (ValueError)."""
+    deadline = time.monotonic() + timeout
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
@@ -222,10 +233,46 @@ def _post_json(url: str, body: dict, timeout: float, api_key: str | None) -> dic
         headers["Authorization"] = "Basic " + base64.b64encode(urllib.parse.unquote(userinfo).encode()).decode()
         url = urllib.parse.urlunsplit(parts._replace(netloc=host))
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    pieces, size = [], 0
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        raw = response.read()
+        while piece := response.read1(65536):
+            pieces.append(piece)
+            size += len(piece)
+            if size > MAX_SIDE_ANSWER_BYTES:
+                raise ValueError(f"the answer to {parts.path} is longer than {MAX_SIDE_ANSWER_BYTES} bytes")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the answer to {parts.path} did not arrive within {timeout:g}s")
+    raw = b"".join(pieces)
     try:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = urllib.parse.urlsplit(url).path
-        raise ValueError(f"the answer to {where} is not JSON: {raw[:200].decode('utf-8', 'replace')!r}") from exc
+        raise ValueError(f"the answer to {parts.path} is not JSON: {raw[:200].decode('utf-8', 'replace')!r}") from exc
+
+
+Result = TypeVar("Result")
+
+
+async def in_daemon_thread(timeout: float, function: Callable[..., Result], *args: Any) -> Result:
+    """`function(*args)` (blocking: these side requests) in a daemon thread, awaited at most `timeout`
+    seconds (TimeoutError). Unlike `asyncio.to_thread`, nothing waits for the thread when the run ends or is
+    interrupted: an abandoned request ends with its own socket timeout, in the background."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(result)
+
+    def work() -> None:
+        try:
+            outcome: tuple[Any, BaseException | None] = (function(*args), None)
+        except BaseException as exc:  # handed to the awaiting task
+            outcome = (None, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    threading.Thread(target=work, daemon=True, name="side-request").start()
+    async with asyncio.timeout(timeout):
+        return await future

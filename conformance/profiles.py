@@ -95,7 +95,7 @@ class ForcingMethod(Protocol):
 
     def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None: ...
 
-    def tokenizer(self, root_url: str, model: str, api_key: str | None) -> ServerTokenizer: ...
+    def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer: ...
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None: ...
 
@@ -111,8 +111,8 @@ class RegexForcing:
     def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
         probe_forcing(root_url, model, timeout, api_key)
 
-    def tokenizer(self, root_url: str, model: str, api_key: str | None) -> ServerTokenizer:
-        return ServerTokenizer(root_url, model, api_key)
+    def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
+        return ServerTokenizer(root_url, model, api_key, timeout)
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None:
         regex = (request.get("structured_outputs") or {}).get("regex")
@@ -131,7 +131,7 @@ class NoForcing:
     def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
         raise ForcingUnsupported(self.reason)
 
-    def tokenizer(self, root_url: str, model: str, api_key: str | None) -> ServerTokenizer:
+    def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
         raise ForcingUnsupported(self.reason)
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None:

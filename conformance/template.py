@@ -61,6 +61,7 @@ _PLACEHOLDER = regex.compile(r"\{(\w+(?:\.\w+)*)\}")
 
 REGEX_SEARCH_TIMEOUT_S = 0.2
 ANALYSIS_TIMEOUT_S = 20.0
+WORKER_MEMORY_BYTES = 1024 * 1024 * 1024  # address space of the analysis worker (a regex can ask for gigabytes)
 _PROBE_RUN_LENGTH = 2000
 _SHOWN_PATTERN_CHARS = 40
 
@@ -94,6 +95,10 @@ class TemplateAnalysis:
 
 class TemplateAnalysisTimeout(RuntimeError):
     """The analysis of one template did not finish within the time limit."""
+
+
+class TemplateTooExpensive(RuntimeError):
+    """The analysis of one template needed more memory than the worker may have (WORKER_MEMORY_BYTES)."""
 
 
 # --- the loader, mirrored from vllm/parser/chat_parsing/response_templates.py -------------------------
@@ -490,6 +495,7 @@ def serve_worker() -> None:
     Ctrl-C reaches the whole process group; the parent decides when the worker ends (it closes stdin or kills
     it), so the worker ignores SIGINT rather than dying with a traceback on the user's terminal."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _limit_memory(WORKER_MEMORY_BYTES)
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
@@ -498,8 +504,20 @@ def serve_worker() -> None:
             return
         try:
             _write_frame(answers, ("ok", analyze_template_unbounded(tokenizer_config)))
+        except MemoryError:  # the regex compiler's request was refused: this process is still usable
+            _write_frame(answers, ("too_expensive", f"analysing the response_template needed more than "
+                                   f"{WORKER_MEMORY_BYTES // 2**20} MiB (a regex too expensive to compile)"))
         except Exception as exc:  # report, never die: the next template deserves an answer
             _write_frame(answers, ("error", f"{type(exc).__name__}: {exc}"))
+
+
+def _limit_memory(limit: int) -> None:
+    """Cap this process's address space at `limit` (or the lower limit it already has)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    capped = min([limit, *(value for value in (soft, hard) if value != resource.RLIM_INFINITY)])
+    resource.setrlimit(resource.RLIMIT_AS, (capped, hard))
 
 
 class _BoundedWorker:
@@ -543,6 +561,8 @@ class _BoundedWorker:
             except (OSError, EOFError) as exc:
                 self.stop()
                 raise RuntimeError(f"template analysis worker died: {exc}") from exc
+        if kind == "too_expensive":
+            raise TemplateTooExpensive(payload)
         if kind == "error":
             raise RuntimeError(f"template analysis failed: {payload}")
         return payload
@@ -553,7 +573,8 @@ atexit.register(_WORKER.stop)
 
 
 def analyze_template(tokenizer_config: dict, timeout: float = ANALYSIS_TIMEOUT_S) -> TemplateAnalysis:
-    """Analyse the metadata of one tokenizer_config.json, bounded in time (raises TemplateAnalysisTimeout)."""
+    """Analyse the metadata of one tokenizer_config.json, bounded in time (raises TemplateAnalysisTimeout) and
+    memory (raises TemplateTooExpensive)."""
     return _WORKER.run(tokenizer_config, timeout)
 
 

@@ -115,17 +115,23 @@ class JsonLinesWriter:
 def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line number, object) for every non-blank line; a bad line raises TranscriptError."""
     try:
-        handle = path.open(encoding="utf-8")
+        handle = path.open("rb")
     except OSError as exc:
         raise TranscriptError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     with handle:
-        for number, line in enumerate(handle, start=1):
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TranscriptError(f"{path}:{number}: not UTF-8 text (byte {raw[exc.start]:#04x})") from exc
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TranscriptError(f"{path}:{number}: not valid JSON: {exc.msg}") from exc
+            except RecursionError as exc:
+                raise TranscriptError(f"{path}:{number}: JSON nested too deeply to read") from exc
+            except ValueError as exc:  # invalid JSON, or an integer past Python's digit limit
+                raise TranscriptError(f"{path}:{number}: not valid JSON: {getattr(exc, 'msg', exc)}") from exc
             if not isinstance(record, dict):
                 raise TranscriptError(f"{path}:{number}: expected a JSON object per line")
             yield number, record

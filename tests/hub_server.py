@@ -11,6 +11,7 @@ Point huggingface_hub at it with `HF_ENDPOINT=server.url`.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import sys
 import threading
@@ -23,6 +24,12 @@ from urllib.parse import unquote
 NORMAL, UNAUTHORIZED, GATED, SERVER_ERROR, SLOW = "normal", "unauthorized", "gated", "server_error", "slow"
 TRUNCATED_ONCE, TRUNCATED = "truncated_once", "truncated"  # first GET cut short / every GET without body
 PRIVATE = "private"  # answers only with `Authorization: Bearer <token>`
+# Hostile answers to GET (HEAD is normal); each stops by itself within HOSTILE_LIMIT_S, or when the server stops.
+OVERSIZE = "oversize"  # the body goes on past the announced size, without Content-Length (up to 64 MB)
+TRICKLE = "trickle"  # one byte of the body every `delay_s`
+STALL = "stall"  # the headers, then nothing
+GZIP_BOMB = "gzip_bomb"  # Content-Encoding: gzip whatever was asked, 200 KB that inflate to 200 MB
+HOSTILE_LIMIT_S = 30.0
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -66,6 +73,7 @@ class HubServer:
         self.renamed: dict[str, str] = {}  # old repo id -> new repo id (answered with a 307)
         self.log: list[LoggedRequest] = []
         self._truncated_once: set[str] = set()
+        self._stopped = threading.Event()
         self._lock = threading.Lock()
         self._httpd = _QuietServer(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True, name="hub-server")
@@ -96,6 +104,7 @@ class HubServer:
         return self
 
     def stop(self) -> None:
+        self._stopped.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -180,6 +189,12 @@ class HubServer:
                 if start:
                     headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
                 payload = data[start:]
+                if repo.mode == GZIP_BOMB:
+                    bomb = gzip.compress(payload + b" " * (200 * 1024 * 1024), compresslevel=9)
+                    return self._send(status, {**headers, "Content-Encoding": "gzip",
+                                               "Content-Length": str(len(bomb))}, bomb)
+                if repo.mode in (OVERSIZE, TRICKLE, STALL):
+                    return self._hostile(repo, status, headers, payload)
                 key = f"{repo_id}/{filename}"
                 with hub._lock:  # concurrent first GETs: exactly one of them is cut
                     cut_now = repo.mode == TRUNCATED or (repo.mode == TRUNCATED_ONCE and key not in hub._truncated_once)
@@ -195,5 +210,33 @@ class HubServer:
                     self.close_connection = True
                     return
                 self._send(status, {**headers, "Content-Length": str(len(payload))}, payload)
+
+            def _hostile(self, repo: HubRepo, status: int, headers: dict[str, str], payload: bytes) -> None:
+                self.send_response(status)
+                for name, value in {**headers, "Connection": "close"}.items():
+                    self.send_header(name, value)
+                if repo.mode != OVERSIZE:
+                    self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.close_connection = True
+                ends = time.monotonic() + HOSTILE_LIMIT_S
+                try:
+                    if repo.mode == OVERSIZE:
+                        block = b" " * 65536
+                        self.wfile.write(payload)
+                        for _ in range(1024):
+                            if hub._stopped.is_set() or time.monotonic() > ends:
+                                return
+                            self.wfile.write(block)
+                    elif repo.mode == TRICKLE:
+                        for index in range(len(payload)):
+                            self.wfile.write(payload[index:index + 1])
+                            self.wfile.flush()
+                            if hub._stopped.wait(repo.delay_s) or time.monotonic() > ends:
+                                return
+                    else:
+                        hub._stopped.wait(HOSTILE_LIMIT_S)
+                except (BrokenPipeError, ConnectionResetError):
+                    return
 
         return Handler

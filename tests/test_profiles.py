@@ -177,7 +177,7 @@ class FieldForcing:
     def probe(self, root_url, model, timeout, api_key):
         self.probes.append(root_url)
 
-    def tokenizer(self, root_url, model, api_key):
+    def tokenizer(self, root_url, model, api_key, timeout):
         return ServerTokenizer(root_url, model, api_key)  # the fake refuses /tokenize: "could not verify"
 
     def forced_text(self, request):

@@ -207,8 +207,8 @@ def test_xml_inline_tag_pattern_problems_are_findings(content_args: dict, proble
 def test_pattern_too_expensive_to_compile_times_out_and_the_worker_recovers() -> None:
     config = qwen3(content={"open_pattern": "(((a{100}){100}){100}){100}"})
     started = time.monotonic()
-    with pytest.raises(TemplateAnalysisTimeout, match="longer than 1s"):
-        analyze_template(config, timeout=1)
+    with pytest.raises(TemplateAnalysisTimeout, match="longer than 0.2s"):  # before the memory bound is reached
+        analyze_template(config, timeout=0.2)
     assert time.monotonic() - started < 5
     assert analyze_template(qwen3()).valid  # a fresh worker answers the next template
 

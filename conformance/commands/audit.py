@@ -48,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N",
                         help=f"concurrent Hub fetches (default {DEFAULT_WORKERS})")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
-                        help="seconds to wait for the Hub's answer (default: HF_HUB_ETAG_TIMEOUT or 10)")
+                        help="seconds to wait for the Hub's answer (default: HF_HUB_ETAG_TIMEOUT or 10); each file, "
+                             "retries included, must arrive within 3 times this")
     parser.set_defaults(func=run)
 
 
@@ -71,6 +72,13 @@ class UsageError(Exception):
     pass
 
 
+def _is_directory(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # e.g. a name too long: not a directory we can audit
+        return False
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -82,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         entries = _entries(args)
-        missing = [str(directory) for directory in args.local if not directory.is_dir()]
+        missing = [str(directory) for directory in args.local if not _is_directory(directory)]
         if missing:
             raise UsageError(f"--local: not a directory: {', '.join(missing)}")
         if args.workers < 1:
@@ -110,10 +118,16 @@ def run(args: argparse.Namespace) -> int:
                 writer.add(audit)
                 progress.advance(audit.id, f"{audit.id}: {audit.status}")
             offset = len(writer.audits)
-            for audit in audit_checkpoints(entries, settings, workers=args.workers):
-                audit.position += offset
-                writer.add(audit)
-                progress.advance(audit.id, f"{audit.id}: {audit.status}")
+            try:
+                for audit in audit_checkpoints(entries, settings, workers=args.workers):
+                    audit.position += offset
+                    writer.add(audit)
+                    progress.advance(audit.id, f"{audit.id}: {audit.status}")
+            except KeyboardInterrupt:
+                writer.interrupt()
+                print(f"interrupted after {len(writer.audits)} of {len(args.local) + len(entries)} checkpoints; "
+                      "the reports hold those", file=sys.stderr)
+                return exit_codes.ERROR
         report = writer.finish()
     except OSError as exc:
         print(f"error: cannot write the report: {exc}", file=sys.stderr)

@@ -63,12 +63,17 @@ def run(args: argparse.Namespace) -> int:
         return exit_codes.ERROR
     results = recheck(transcripts, cases, markers=markers, allowed_skips=args.allow_skip)
     out_dir = args.out or args.transcripts.parent / "recheck"
-    out_dir.mkdir(parents=True, exist_ok=True)
     header = make_header("results", cases=[c for c in cases if c.id in {t.case_id for t in transcripts}],
                          markers=markers, server=asdict(transcripts[0].server),
                          created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    write_results(out_dir / RESULTS_FILE, results, header)
-    paths = write_reports(out_dir, results, stamp_of_recording(transcripts), transcripts)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_results(out_dir / RESULTS_FILE, results, header)
+        paths = write_reports(out_dir, results, stamp_of_recording(transcripts), transcripts)
+    except OSError as exc:
+        print(f"conformance recheck: error: {out_dir}: cannot write the reports: {exc.strerror or exc}",
+              file=sys.stderr)
+        return exit_codes.ERROR
     summary = summarize(results)
     print(summary.line())
     for kind, path in {"results": out_dir / RESULTS_FILE, **paths}.items():

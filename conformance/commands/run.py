@@ -17,7 +17,14 @@ from typing import Any
 from conformance import exit_codes
 from conformance.checks import SKIP_KINDS
 from conformance.commands import add_verb
-from conformance.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
+from conformance.driver import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_LINE_BYTES,
+    DEFAULT_TIMEOUT,
+    FORCING_CHOICES,
+    FORCING_HELP,
+    forcing_fields,
+)
 
 DESCRIPTION = """\
 Send every case (streaming and non-streaming unless a case says otherwise) to an OpenAI-compatible
@@ -60,6 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                         help=f"seconds per request (default: {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--max-line-bytes", type=int, default=DEFAULT_MAX_LINE_BYTES, metavar="N",
+                        help="longest SSE line (or non-streaming body) read; a longer one makes the answer an error "
+                             f"(default: {DEFAULT_MAX_LINE_BYTES})")
     parser.add_argument("--api-key", metavar="KEY",
                         help="API key sent to the server (default: $OPENAI_API_KEY, else EMPTY); never written anywhere")
     parser.add_argument("--allow-skip", action="append", default=[], choices=SKIP_KINDS, metavar="KIND",
@@ -93,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
                                 f"{', '.join(launchable_profiles())}")
     if args.out == Path("-"):
         return _usage_error("--out is the directory for the run's files; `-` (standard output) cannot hold them")
-    if args.repeat < 1 or args.concurrency < 1:
-        return _usage_error("--repeat and --concurrency must be at least 1")
+    if args.repeat < 1 or args.concurrency < 1 or args.max_line_bytes < 1:
+        return _usage_error("--repeat, --concurrency and --max-line-bytes must be at least 1")
     try:
         unknown_features = sorted(set(args.feature) - set(load_features(args.cases)))
         if unknown_features:
@@ -110,7 +120,10 @@ def run(args: argparse.Namespace) -> int:
     if not cases:
         return _usage_error("no case matches the selection")
     out_dir = args.out or Path("reports") / f"run-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return _usage_error(f"--out {out_dir}: cannot create the directory: {exc.strerror or exc}")
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # unwind: a launched server is stopped
     try:
         with _target(args, out_dir) as (target, markers):
@@ -133,7 +146,7 @@ def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out
             markers=markers, progress=True, allowed_skips=args.allow_skip,
         )  # fmt: skip
     except KeyboardInterrupt:
-        return _report_interrupted_run(out_dir, expected=request_count(cases, args.repeat))
+        return _report_interrupted_run(out_dir, expected=request_count(cases, args.repeat), target=target)
     paths = write_reports(out_dir, output.results, output.stamp, output.transcripts)
     for kind, path in paths.items():
         print(f"{kind}: {path}")
@@ -162,19 +175,23 @@ def problem_lines(results: list[Any], width: int = 160) -> list[str]:
     return (["failures and errors:", *lines] if lines else [])
 
 
-def _report_interrupted_run(out_dir: Path, expected: int) -> int:
-    """Reports from what an interrupted run had already written (results are flushed as judged)."""
+def _report_interrupted_run(out_dir: Path, expected: int, target: Any) -> int:
+    """Reports from what an interrupted run had already written (results are flushed as judged); interrupted
+    before any answer was recorded, the reports say that nothing was judged."""
     from conformance.engine import write_reports
-    from conformance.report.stamp import stamp_of_recording
+    from conformance.report.stamp import make_stamp, stamp_of_recording
     from conformance.results import RESULTS_FILE, read_results
     from conformance.transcript import TRANSCRIPTS_FILE, read_transcripts
 
-    transcripts = read_transcripts(out_dir / TRANSCRIPTS_FILE)
-    results = read_results(out_dir / RESULTS_FILE)
-    print(f"interrupted after {len(results)} of {expected} results", file=sys.stderr)
+    recorded = (out_dir / TRANSCRIPTS_FILE).is_file()
+    transcripts = read_transcripts(out_dir / TRANSCRIPTS_FILE) if recorded else []
+    results = read_results(out_dir / RESULTS_FILE) if (out_dir / RESULTS_FILE).is_file() else []
+    completion = f"interrupted after {len(results)} of {expected} results"
     if not transcripts:
-        return exit_codes.ERROR
-    stamp = stamp_of_recording(transcripts, completion=f"interrupted after {len(results)} of {expected} results")
+        completion = f"interrupted before any answer was recorded: nothing was judged (0 of {expected} results)"
+    print(completion, file=sys.stderr)
+    stamp = stamp_of_recording(transcripts, completion) if transcripts else make_stamp(target.stamp().__dict__,
+                                                                                     completion=completion)
     for kind, path in write_reports(out_dir, results, stamp, transcripts).items():
         print(f"{kind} (partial): {path}")
     return exit_codes.ERROR
@@ -194,6 +211,7 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
         yield Target(
             base_url=args.base_url, model=args.model, profile=args.profile, api_key=args.api_key,
             timeout=args.timeout, **forcing_fields(args.forcing), checkpoint_revision=args.checkpoint_revision,
+            max_line_bytes=args.max_line_bytes,
         ), markers_for_checkpoint(args.checkpoint)  # fmt: skip
         return
     from conformance.fixture import build_fixture
@@ -209,6 +227,7 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
                 base_url=server.base_url, model=server.model, profile=args.profile or server.profile.name,
                 api_key=args.api_key, timeout=args.timeout, **forcing_fields(args.forcing), version=server.version,
                 args=tuple(server.args), checkpoint_revision=args.checkpoint_revision or _directory_digest(checkpoint),
+                max_line_bytes=args.max_line_bytes,
             ), markers_for_checkpoint(checkpoint)  # fmt: skip
     except ServerStartError as exc:
         raise TargetError(f"could not start {server_name}: {exc}") from exc

@@ -232,6 +232,10 @@ class AuditReportWriter:
         if time.monotonic() - self._last_rewrite >= self.REWRITE_INTERVAL_S:
             self._write(self.report(complete=False))
 
+    def interrupt(self) -> None:
+        """Write the reports of the audits so far, marked incomplete (the partial records stay)."""
+        self._write(self.report(complete=False))
+
     def finish(self) -> dict[str, Any]:
         report = self.report(complete=True)
         self._write(report, final=True)
