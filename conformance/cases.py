@@ -415,7 +415,7 @@ def _check_file(
         case_issues = list(_semantic_issues(raw, index, tools, features, locator))
         issues.extend(case_issues)
         if index not in invalid_cases and not any(issue.severity == "error" for issue in case_issues):
-            cases.append(_build_case(raw, index, tools, path, _node_line(node, ["cases", index]) or 0))
+            cases.append(_build_case(raw, index, tools, path, node_line(node, ["cases", index]) or 0))
     return cases, sorted(issues, key=lambda issue: issue.line or 0)
 
 
@@ -577,7 +577,7 @@ class _Locator:
             if isinstance(case, dict) and isinstance(case.get("id"), str):
                 case_id = case["id"]
         return Issue(self.path, message, case_index, case_id, format_path(field_path),
-                     _node_line(self.node, at), severity)
+                     node_line(self.node, at), severity)
 
 
 def format_path(path: Sequence[str | int]) -> str:
@@ -588,7 +588,7 @@ def format_path(path: Sequence[str | int]) -> str:
     return text
 
 
-def _node_line(node: yaml.Node | None, path: list[str | int]) -> int | None:
+def node_line(node: yaml.Node | None, path: list[str | int]) -> int | None:
     """1-based line of the YAML node at `path` (or of its deepest existing ancestor)."""
     if node is None:
         return None

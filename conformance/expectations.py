@@ -79,7 +79,7 @@ def load_expectations(path: Path) -> list[Acknowledgement]:
     import yaml
 
     from conformance import safe_yaml
-    from conformance.cases import _node_line, format_path
+    from conformance.cases import format_path, node_line
     from conformance.checkpoints import load_schema
 
     try:
@@ -96,7 +96,7 @@ def load_expectations(path: Path) -> list[Acknowledgement]:
     problems = []
     for error in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):
         at = list(error.absolute_path)
-        line = _node_line(node, at)
+        line = node_line(node, at)
         problems.append(f"{path}:{line or 1}: {format_path(at) or 'the file'}: {_message(error)}")
     if not problems:
         from conformance.contract import reference_problem
@@ -105,7 +105,7 @@ def load_expectations(path: Path) -> list[Acknowledgement]:
             problem = reference_problem(entry["reference"]) if "reference" in entry else None
             if problem:
                 at = ["acknowledge", index, "reference"]
-                problems.append(f"{path}:{_node_line(node, at)}: {format_path(at)}: {problem}")
+                problems.append(f"{path}:{node_line(node, at)}: {format_path(at)}: {problem}")
     if problems:
         raise ExpectationsError("\n".join(dict.fromkeys(problems)))
     return [
@@ -113,7 +113,7 @@ def load_expectations(path: Path) -> list[Acknowledgement]:
             kind=entry["kind"], reason=" ".join(entry["reason"].split()), cases=_names(entry.get("case")),
             features=_names(entry.get("feature")), field=entry.get("field"), mode=entry.get("mode"),
             reference=entry.get("reference"), client_action=entry.get("client_action"),
-            source=f"{path.name}:{_node_line(node, ['acknowledge', index])}",
+            source=f"{path.name}:{node_line(node, ['acknowledge', index])}",
         )
         for index, entry in enumerate(data["acknowledge"])
     ]  # fmt: skip
