@@ -366,17 +366,12 @@ def _read_document(path: Path, validator: Any) -> tuple[_Locator | None, list[Is
     """Parse and schema-check one file: (its locator, or None when nothing in it is usable; the
     problems found; the indices of cases with schema errors)."""
     try:
-        text = safe_yaml.read_text(path)
-    except safe_yaml.UnreadableFile as exc:
-        return None, [Issue(path, str(exc))], set()
-    try:
-        node, data = safe_yaml.parse(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        if mark is None:
-            return None, [Issue(path, f"invalid YAML: {_one_line(exc)}")], set()
-        problem = " ".join(filter(None, (getattr(exc, "context", None), getattr(exc, "problem", None))))
-        return None, [Issue(path, f"invalid YAML (column {mark.column + 1}): {problem}", line=mark.line + 1)], set()
+        node, data = safe_yaml.load_file(path)
+    except safe_yaml.YamlFileError as exc:
+        if exc.line is None:
+            return None, [Issue(path, exc.problem)], set()
+        problem = exc.problem.replace("invalid YAML: ", f"invalid YAML (column {exc.column}): ", 1)
+        return None, [Issue(path, problem, line=exc.line)], set()
     locator = _Locator(path, data, node)
     issues = list(_duplicate_keys(node, locator))
     invalid_cases: set[int] = set()

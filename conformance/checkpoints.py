@@ -13,7 +13,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from conformance import safe_yaml
 
@@ -117,16 +116,10 @@ def validate_entries(data: Any, source: str) -> list[CheckpointEntry]:
 def load_checkpoints(path: Path) -> list[CheckpointEntry]:
     """Read and validate a checkpoints.yaml file."""
     try:
-        text = safe_yaml.read_text(path)
-    except safe_yaml.UnreadableFile as exc:
-        raise CheckpointsError(f"{path}: {exc}") from exc
-    try:
-        node, data = safe_yaml.parse(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise CheckpointsError(f"{path}: invalid YAML{where}: {problem}") from exc
+        node, data = safe_yaml.load_file(path)
+    except safe_yaml.YamlFileError as exc:
+        where = f" at line {exc.line}, column {exc.column}" if exc.line else ""
+        raise CheckpointsError(f"{path}: {exc.problem.replace('invalid YAML: ', f'invalid YAML{where}: ', 1)}") from exc
     duplicates = [_describe_duplicate(str(path), data, at, line) for at, line in safe_yaml.duplicate_keys(node)]
     if duplicates:
         raise CheckpointsError("\n".join(duplicates))

@@ -76,22 +76,15 @@ def _pattern(text: str) -> re.Pattern[str]:
 def load_expectations(path: Path) -> list[Acknowledgement]:
     """The entries of an expectations file, or ExpectationsError listing every problem."""
     import jsonschema
-    import yaml
 
     from conformance import safe_yaml
     from conformance.cases import format_path, node_line
     from conformance.checkpoints import load_schema
 
     try:
-        text = safe_yaml.read_text(path)
-    except safe_yaml.UnreadableFile as exc:
-        raise ExpectationsError(f"{path}: {exc}") from exc
-    try:
-        node, data = safe_yaml.parse(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise ExpectationsError(f"{path}{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}") from exc
+        node, data = safe_yaml.load_file(path)
+    except safe_yaml.YamlFileError as exc:
+        raise ExpectationsError(f"{path}{f':{exc.line}' if exc.line else ''}: {exc.problem}") from exc
     validator = jsonschema.Draft202012Validator(load_schema("expectations.schema.json"))
     problems = []
     for error in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):

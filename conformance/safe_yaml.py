@@ -68,6 +68,31 @@ def parse(text: str) -> tuple[yaml.Node | None, Any]:
         loader.dispose()
 
 
+class YamlFileError(ValueError):
+    """A YAML file that cannot be read or parsed: `problem` says why, `line` and `column` (1-based) say
+    where when known. The message leaves the file name to the caller."""
+
+    def __init__(self, problem: str, line: int | None = None, column: int | None = None) -> None:
+        super().__init__(problem)
+        self.problem, self.line, self.column = problem, line, column
+
+
+def load_file(path: Path) -> tuple[yaml.Node | None, Any]:
+    """`parse(read_text(path))`, every failure a YamlFileError."""
+    try:
+        text = read_text(path)
+    except UnreadableFile as exc:
+        raise YamlFileError(str(exc)) from exc
+    try:
+        return parse(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = " ".join(filter(None, (getattr(exc, "context", None), getattr(exc, "problem", None))))
+        if mark is None:
+            raise YamlFileError(f"invalid YAML: {' '.join(str(exc).split())}") from exc
+        raise YamlFileError(f"invalid YAML: {problem or exc}", mark.line + 1, mark.column + 1) from exc
+
+
 def _children(node: yaml.Node) -> list[yaml.Node]:
     if isinstance(node, yaml.MappingNode):
         return [part for pair in node.value for part in pair]
