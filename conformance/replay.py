@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 # The delta fields a text-only chunk may carry: content, and vLLM's reasoning fields.
@@ -77,16 +78,22 @@ def replay_chat(chunks: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -> tu
     `content_filter`, which the SDK always refuses to finalise: then the last snapshot."""
     from openai.lib.streaming.chat import ChatCompletionStreamState
 
-    feed = _ChunkFeed(ChatCompletionStreamState(input_tools=tools))
-    text_run: list[Mapping[str, Any]] = []
+    feed = _ChunkFeed(ChatCompletionStreamState(input_tools=tools), strict_tools=any(map(_is_strict, tools)))
+    run: list[tuple[Mapping[str, Any], _Appended]] = []  # appending chunks, arguments (if any) for one call
+    call_index = None  # the call the run appends arguments to
     for chunk in chunks:
-        if _text_delta(chunk) is not None:
-            text_run.append(chunk)
+        appended = _appended(chunk)
+        other_call = appended is not None and None not in (appended.call_index, call_index) \
+            and appended.call_index != call_index
+        if appended is None or other_call:
+            feed.run(run, call_index)
+            run, call_index = [], None
+        if appended is None:
+            feed.one(chunk)
             continue
-        feed.run(text_run)
-        text_run = []
-        feed.one(chunk)
-    feed.run(text_run)
+        run.append((chunk, appended))
+        call_index = call_index if appended.call_index is None else appended.call_index
+    feed.run(run, call_index)
     state = feed.state
     choice = state.current_completion_snapshot.choices[0]
     if choice.finish_reason not in ("length", "content_filter"):
@@ -94,49 +101,19 @@ def replay_chat(chunks: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -> tu
     return choice.message.to_dict(), choice.finish_reason
 
 
-class _ChunkFeed:
-    """Feeds chunks to a `ChatCompletionStreamState`, a run of text-only chunks as one where that
-    provably ends the same."""
+@dataclass(frozen=True)
+class _Appended:
+    """What a chunk that only appends to choice 0 appends: text to text fields, arguments to one call."""
 
-    def __init__(self, state: Any) -> None:
-        self.state = state
-        self.started = False  # a chunk has been fed (so the state has a snapshot)
-        self.all_exact = True  # every chunk fed so far fit ChatCompletionChunk exactly
-
-    def one(self, chunk: Mapping[str, Any]) -> None:
-        from openai.types.chat import ChatCompletionChunk
-
-        built, exact = _build(ChatCompletionChunk, chunk)
-        self.all_exact = self.all_exact and exact
-        self.state.handle_chunk(built)
-        self.started = True
-
-    def run(self, chunks: Sequence[Mapping[str, Any]]) -> None:
-        if len(chunks) > 1 and self._joinable_run():
-            chunks = [_joined(chunks)]
-        for chunk in chunks:
-            self.one(chunk)
-
-    def _joinable_run(self) -> bool:
-        """Whether text-only chunks fed now end where one chunk with their texts joined ends.
-
-        For such a chunk (see `_text_delta`) the accumulator rebuilds the message of choice 0 from its
-        dump with the delta's strings appended (a field that holds no string yet stays as it is), sets
-        the snapshot's usage and system_fingerprint from the chunk (so the last chunk's win), and fires
-        delta events, which change nothing. That holds while choice 0 exists (the first chunk for it
-        creates it, with fewer fields set) and has no finish_reason (after one, a chunk may fire "done"
-        events, which set fields the next chunk's rebuild drops). Rebuilding a message from its own
-        dump gives the same message as long as every chunk so far fit the SDK's types exactly (not
-        claimed for broken streams: their chunks are all fed)."""
-        if not (self.started and self.all_exact):
-            return False
-        choices = self.state.current_completion_snapshot.choices
-        return bool(choices) and not choices[0].finish_reason
+    texts: Mapping[str, str | None]
+    call_index: int | None = None
+    arguments: str | None = None
 
 
-def _text_delta(chunk: Any) -> dict[str, str] | None:
-    """The delta of a chunk that carries nothing but text for choice 0 (no role, tool calls,
-    finish_reason, logprobs or moderation; the text fields strings), else None."""
+def _appended(chunk: Any) -> _Appended | None:
+    """What a chunk appends when all it carries for choice 0 is text (strings or null) and at most
+    the next piece of one call's arguments (no role, id, name, finish_reason, logprobs or
+    moderation); None for any other chunk."""
     if not isinstance(chunk, dict) or chunk.get("moderation") is not None:
         return None
     choices = chunk.get("choices")
@@ -148,19 +125,97 @@ def _text_delta(chunk: Any) -> dict[str, str] | None:
     if choice.get("finish_reason") is not None or choice.get("logprobs") is not None:
         return None
     delta = choice.get("delta")
-    if type(delta) is not dict or not all(key in TEXT_FIELDS and type(text) is str for key, text in delta.items()):
+    if type(delta) is not dict:
         return None
-    return delta
+    texts = {key: text for key, text in delta.items() if key != "tool_calls"}
+    if not all(key in TEXT_FIELDS and (text is None or type(text) is str) for key, text in texts.items()):
+        return None
+    if "tool_calls" not in delta:
+        return _Appended(texts)
+    calls = delta["tool_calls"]
+    if type(calls) is not list or len(calls) != 1 or type(calls[0]) is not dict or calls[0].keys() != {"index", "function"}:
+        return None
+    index, function = calls[0]["index"], calls[0]["function"]
+    if type(index) is not int or type(function) is not dict or function.keys() != {"arguments"}:
+        return None
+    arguments = function["arguments"]
+    return _Appended(texts, index, arguments) if type(arguments) is str else None
 
 
-def _joined(chunks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The last of `chunks` (text-only, see `_text_delta`) carrying all their texts, field by field."""
-    texts: dict[str, str] = {}
-    for chunk in chunks:
-        for key, text in (_text_delta(chunk) or {}).items():
-            texts[key] = texts.get(key, "") + text
-    last = chunks[-1]
-    return {**last, "choices": [{**last["choices"][0], "delta": texts}]}
+def _is_strict(tool: Any) -> bool:
+    function = tool.get("function") if isinstance(tool, Mapping) else None
+    return isinstance(function, Mapping) and bool(function.get("strict"))
+
+
+class _ChunkFeed:
+    """Feeds chunks to a `ChatCompletionStreamState`, a run of appending chunks as one where that
+    provably ends the same."""
+
+    def __init__(self, state: Any, strict_tools: bool) -> None:
+        self.state, self.strict_tools = state, strict_tools
+        self.started = False  # a chunk has been fed (so the state has a snapshot)
+        self.all_exact = True  # every chunk fed so far fit ChatCompletionChunk exactly
+        self.current_call: Any = None  # the index of the last call choice 0 got a delta for
+
+    def one(self, chunk: Mapping[str, Any]) -> None:
+        from openai.types.chat import ChatCompletionChunk
+
+        built, exact = _build(ChatCompletionChunk, chunk)
+        self.all_exact = self.all_exact and exact
+        self.state.handle_chunk(built)
+        self.started = True
+        for choice in built.choices if exact else ():
+            if choice.index == 0 and choice.delta.tool_calls:
+                self.current_call = choice.delta.tool_calls[-1].index
+
+    def run(self, run: Sequence[tuple[Mapping[str, Any], _Appended]], call_index: int | None) -> None:
+        """Feed a run of appending chunks (arguments, if any, for call `call_index`): one by one until
+        the rest is joinable, then the rest as one chunk."""
+        start = 0
+        while len(run) - start > 1 and not self._joinable(call_index):
+            self.one(run[start][0])
+            start += 1
+        if len(run) - start > 1:
+            self.one(_joined(run[start:], call_index))
+        elif len(run) > start:
+            self.one(run[start][0])
+
+    def _joinable(self, call_index: int | None) -> bool:
+        """Whether appending chunks (arguments, if any, for call `call_index`) fed now end where one
+        chunk carrying all they append ends.
+
+        For such a chunk the accumulator rebuilds the message of choice 0 from its dump with the
+        delta's strings appended (a field that holds no string yet stays as it is, null changes
+        nothing), sets the snapshot's usage and system_fingerprint from the chunk (so the last chunk's
+        win), and fires delta events, which change nothing. That holds while choice 0 exists (the
+        first chunk for it creates it, with fewer fields set) and has no finish_reason, and arguments
+        go to the call the last delta was for (otherwise a chunk fires "done" events, which set fields
+        the next chunk's rebuild drops), of a request without strict tools (their partial arguments
+        are parsed at every chunk, which may fail at a cut a joined chunk does not have). Rebuilding a
+        message from its own dump gives the same message as long as every chunk so far fit the SDK's
+        types exactly (not claimed for broken streams: their chunks are all fed)."""
+        if not (self.started and self.all_exact):
+            return False
+        if call_index is not None and (self.strict_tools or call_index != self.current_call):
+            return False
+        choices = self.state.current_completion_snapshot.choices
+        return bool(choices) and not choices[0].finish_reason
+
+
+def _joined(run: Sequence[tuple[Mapping[str, Any], _Appended]], call_index: int | None) -> dict[str, Any]:
+    """The last chunk of a run of appending chunks, carrying everything the run appends."""
+    texts: dict[str, str | None] = {}
+    arguments: list[str] = []
+    for _, appended in run:
+        for key, text in appended.texts.items():
+            texts[key] = text if texts.get(key) is None else texts[key] + (text or "")
+        if appended.arguments is not None:
+            arguments.append(appended.arguments)
+    delta: dict[str, Any] = dict(texts)
+    if arguments:
+        delta["tool_calls"] = [{"index": call_index, "function": {"arguments": "".join(arguments)}}]
+    last = run[-1][0]
+    return {**last, "choices": [{**last["choices"][0], "delta": delta}]}
 
 
 def replay_responses(events: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -> dict[str, Any]:

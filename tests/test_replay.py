@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from openai._models import construct_type
 from openai.lib.streaming.chat import ChatCompletionStreamState
@@ -84,32 +84,56 @@ def chat_chunk(delta: Any, **fields: Any) -> dict:
             "choices": [{"index": 0, "delta": delta, "finish_reason": None, **fields}]}
 
 
-# Chunks that only carry text (vLLM sends one per token, and an empty one per swallowed token),
-# sometimes with vLLM's extras, a usage or a top-level field of the wrong type.
-text_chunk = st.builds(
+ROLE = chat_chunk({"role": "assistant", "content": ""})
+# Chunks that only carry text (vLLM sends one per token, and an empty one per swallowed token) and
+# the next piece of a call's arguments (as hermes streams them), sometimes with vLLM's extras, a
+# usage or a top-level field of the wrong type.
+appended_delta = st.builds(
+    lambda texts, call: {**texts, **call},
+    st.dictionaries(st.sampled_from(sorted(TEXT_FIELDS)), st.one_of(text, st.none()), max_size=2),
+    st.one_of(st.just({}), st.builds(lambda index, piece: {"tool_calls": [{"index": index, "function": {
+        "arguments": piece}}]}, st.integers(0, 2), text)),
+)
+appending_chunk = st.builds(
     lambda delta, choice, top: {**chat_chunk(delta), **top,
                                 "choices": [{**chat_chunk(delta)["choices"][0], **choice}]},
-    st.dictionaries(st.sampled_from(sorted(TEXT_FIELDS)), text, max_size=2),
+    appended_delta,
     st.fixed_dictionaries({}, optional={"logprobs": st.none(), "token_ids": st.lists(st.integers(0, 500), max_size=3)}),
     st.fixed_dictionaries({}, optional={"usage": st.one_of(st.none(), usage), "created": sometimes(st.integers(0, 9)),
                                         "system_fingerprint": st.one_of(st.none(), text)}),
 )
-tool_chunk = st.lists(tool_call, min_size=1, max_size=2).map(lambda calls: chat_chunk({"tool_calls": calls}))
+call_head = st.integers(0, 2).map(lambda index: chat_chunk({"content": None, "tool_calls": [
+    {"index": index, "id": f"call_{index}", "type": "function", "function": {"name": "get_weather"}}]}))
+tool_chunk = st.one_of(call_head, st.lists(tool_call, min_size=1, max_size=2).map(
+    lambda calls: chat_chunk({"tool_calls": calls})))
 finish_chunk = st.sampled_from(["stop", "tool_calls", "length"]).map(lambda reason: {
     **chat_chunk({}), "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]})
-first_chunk = st.one_of(st.just(chat_chunk({"role": "assistant", "content": ""})),
+first_chunk = st.one_of(st.just(ROLE),
                         st.just({**chat_chunk({}), "choices": []}), chunk)
 stream = st.builds(lambda first, middle, tail: [first, *middle, *tail], first_chunk,
-                   st.lists(st.one_of(text_chunk, text_chunk, tool_chunk, finish_chunk, chunk), max_size=10),
-                   st.lists(text_chunk, max_size=4))  # a stream may well end in text chunks
+                   st.lists(st.one_of(appending_chunk, appending_chunk, tool_chunk, finish_chunk, chunk), max_size=12),
+                   st.lists(appending_chunk, max_size=4))  # a stream may well end in appending chunks
 tools = st.sampled_from([[], [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
                          [{"type": "function", "function": {"name": "get_weather", "parameters": {}, "strict": True}}]])
 
 
 @settings(max_examples=400, deadline=None)
 @given(stream, tools)
+# text after the finish reason: the first such chunk sets `parsed`, which the next one drops
+@example([ROLE, chat_chunk({}, finish_reason="length"), chat_chunk({"content": "0"}), chat_chunk({})], [])
+# no choice yet: the first text chunk creates it
+@example([{**ROLE, "choices": []}, chat_chunk({"content": "a"}), chat_chunk({"content": "b"})], [])
 def test_a_replay_ends_as_the_sdks_own_accumulator_ends(chunks: list[dict], tools: list[dict]) -> None:
     assert outcome(replay_chat, chunks, tools) == outcome(sdk_replay, chunks, tools)
+
+
+def fed_deltas(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """The delta of every chunk the accumulator is fed from now on."""
+    fed: list[dict] = []
+    handle_chunk = ChatCompletionStreamState.handle_chunk
+    monkeypatch.setattr(ChatCompletionStreamState, "handle_chunk", lambda state, built: fed.append(
+        built.to_dict()["choices"][0]["delta"]) or handle_chunk(state, built))
+    return fed
 
 
 def test_a_run_of_text_chunks_is_fed_as_one_and_nothing_else_is(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,17 +142,36 @@ def test_a_run_of_text_chunks_is_fed_as_one_and_nothing_else_is(monkeypatch: pyt
               chat_chunk({}), chat_chunk({"content": "x"}), chat_chunk({"tool_calls": [call]}),
               chat_chunk({}), chat_chunk({}), chat_chunk({}, finish_reason="tool_calls"), chat_chunk({"content": "y"}),
               chat_chunk({"content": "z"})]  # fmt: skip
-    fed: list[Any] = []
-    handle_chunk = ChatCompletionStreamState.handle_chunk
-    monkeypatch.setattr(ChatCompletionStreamState, "handle_chunk",
-                        lambda state, built: fed.append(built.to_dict()) or handle_chunk(state, built))
+    fed = fed_deltas(monkeypatch)
     replayed = replay_chat(chunks, [])
     # role; the five text chunks as one; the call; the two empty chunks as one; the finish; after the
     # finish reason every chunk on its own
-    assert [c["choices"][0]["delta"] for c in fed] == [
-        {"role": "assistant", "content": ""}, {"reasoning": "abc", "content": "x"}, {"tool_calls": [call]}, {}, {},
-        {"content": "y"}, {"content": "z"}]
+    assert fed == [{"role": "assistant", "content": ""}, {"reasoning": "abc", "content": "x"}, {"tool_calls": [call]},
+                   {}, {}, {"content": "y"}, {"content": "z"}]
     assert replayed == sdk_replay(chunks, []) and replayed[0]["content"] == "xyz"
+
+
+def test_argument_pieces_of_the_current_call_are_fed_as_one_unless_a_tool_is_strict(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def head(index: int) -> dict:
+        return chat_chunk({"content": None, "tool_calls": [{"index": index, "id": f"call_{index}", "type": "function",
+                                                            "function": {"name": "f"}}]})
+
+    def piece(index: int, arguments: str) -> dict:
+        return chat_chunk({"content": None, "tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
+
+    chunks = [chat_chunk({"role": "assistant", "content": ""}), head(0), piece(0, '{"a"'), piece(0, ": 1"),
+              piece(0, "}"), head(1), piece(1, "{"), piece(1, "}"), chat_chunk({}, finish_reason="tool_calls")]
+    fed = fed_deltas(monkeypatch)
+    replayed = replay_chat(chunks, [])
+    assert [delta.get("tool_calls", [{}])[0].get("function") for delta in fed] == [
+        None, {"name": "f"}, {"arguments": '{"a": 1}'}, {"name": "f"}, {"arguments": "{}"}, None]
+    assert replayed == sdk_replay(chunks, [])
+    assert [call["function"]["arguments"] for call in replayed[0]["tool_calls"]] == ['{"a": 1}', "{}"]
+    strict = [{"type": "function", "function": {"name": "f", "parameters": {}, "strict": True}}]
+    expected = sdk_replay(chunks, strict)
+    fed.clear()
+    assert replay_chat(chunks, strict) == expected and len(fed) == len(chunks)
 
 
 def test_the_strict_path_is_taken_for_a_well_formed_chunk_and_not_for_a_coercible_one() -> None:
