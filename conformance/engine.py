@@ -277,6 +277,7 @@ async def run_async(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             bar.close()
+            tokenizer.close()
             if writers:
                 for writer in writers:
                     writer.close()

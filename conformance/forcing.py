@@ -21,8 +21,12 @@ text not honoured): the case is then skipped with that reason, never passed.
 
 from __future__ import annotations
 
+import http.client
+import io
 import json
+import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Sequence
 
@@ -91,12 +95,14 @@ class ServerTokenizer:
     """A server's own tokenizer through its `/tokenize` and `/detokenize` endpoints (vLLM's), every
     answer remembered: within a run each marker is asked for once, and answers that came back with
     the same token ids (the stream and non-stream of one case, usually) are decoded once.
-    Safe to share between threads (a race only asks twice)."""
+    Requests go over kept-alive connections (`close()` ends them). Safe to share between threads
+    (a race only asks twice)."""
 
     def __init__(self, root_url: str, model: str, api_key: str | None = None) -> None:
         self.root_url, self.model, self.api_key = root_url, model, api_key
         self._token_ids: dict[str, list[int]] = {}
         self._texts: dict[tuple[int, ...], str] = {}
+        self._connections = _KeptAlive(root_url, 60, api_key)
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of `text` (no special tokens added)."""
@@ -112,13 +118,78 @@ class ServerTokenizer:
             self._texts[key] = self._endpoint("/detokenize", {"model": self.model, "tokens": list(key)})["prompt"]
         return self._texts[key]
 
+    def close(self) -> None:
+        self._connections.close()
+
+    def __enter__(self) -> ServerTokenizer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def _endpoint(self, path: str, body: dict) -> dict:
         try:
-            return _post_json(self.root_url + path, body, 60, self.api_key)
+            return self._connections.post_json(path, body)
         except urllib.error.HTTPError as error:
             if error.code in (404, 405):
                 raise ForcingUnsupported(f"the server has no {path[1:]} endpoint to verify tokens") from error
             raise
+
+
+class _KeptAlive:
+    """POSTs JSON to one server as `_post_json` does (the same errors: HTTPError for an HTTP error
+    status, OSError, ValueError), over connections kept alive between requests, one per thread at a
+    time. Where the environment routes the server through a proxy, each request goes through urllib."""
+
+    def __init__(self, root_url: str, timeout: float, api_key: str | None) -> None:
+        parts = urllib.parse.urlsplit(root_url)
+        self.root_url, self.timeout, self.api_key = root_url, timeout, api_key
+        self.secure, self.host, self.prefix = parts.scheme == "https", parts.netloc, parts.path.rstrip("/")
+        self.proxied = parts.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(parts.hostname or "")
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def post_json(self, path: str, body: dict) -> dict:
+        if self.proxied:
+            return _post_json(self.root_url + path, body, self.timeout, self.api_key)
+        payload = json.dumps(body).encode()
+        with self._lock:
+            kept = self._idle.pop() if self._idle else None
+        answer = None
+        if kept is not None:
+            try:
+                answer = self._exchange(kept, path, payload)
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                pass  # the server closed it while it sat idle: once more, on a new connection
+        if answer is None:
+            connection_class = http.client.HTTPSConnection if self.secure else http.client.HTTPConnection
+            answer = self._exchange(connection_class(self.host, timeout=self.timeout), path, payload)
+        response, data = answer
+        if response.status >= 400:
+            raise urllib.error.HTTPError(self.root_url + path, response.status, response.reason, response.headers,
+                                         io.BytesIO(data))
+        return json.loads(data)
+
+    def _exchange(self, connection: http.client.HTTPConnection, path: str,
+                  payload: bytes) -> tuple[http.client.HTTPResponse, bytes]:
+        """Send one request and read the whole answer; the connection is kept for the next one, or
+        closed if anything went wrong."""
+        try:
+            connection.request("POST", self.prefix + path, payload, _headers(self.api_key))
+            response = connection.getresponse()
+            data = response.read()
+        except BaseException:
+            connection.close()
+            raise
+        with self._lock:
+            self._idle.append(connection)
+        return response, data
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
 
 
 def verify_forced_output(
@@ -173,7 +244,8 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str 
     except urllib.error.HTTPError as error:
         detail = error.read().decode("utf-8", errors="replace")[:500]
         raise ForcingUnsupported(f"the server refused a forced request: HTTP {error.code} {detail}") from error
-    problems = verify_forced_output(ServerTokenizer(root_url, model, api_key), PROBE_TEXT, token_ids_of(response))
+    with ServerTokenizer(root_url, model, api_key) as tokenizer:
+        problems = verify_forced_output(tokenizer, PROBE_TEXT, token_ids_of(response))
     if problems:
         raise ForcingUnsupported(
             "the server did not honour a forced output (a vLLM server with a reasoning parser needs "
@@ -181,10 +253,14 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str 
         )
 
 
-def _post_json(url: str, body: dict, timeout: float, api_key: str | None) -> dict:
+def _headers(api_key: str | None) -> dict[str, str]:
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    return headers
+
+
+def _post_json(url: str, body: dict, timeout: float, api_key: str | None) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=_headers(api_key), method="POST")
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.load(response)
