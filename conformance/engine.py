@@ -287,7 +287,13 @@ async def run_async(
 
 def run(cases: Sequence[Any], target: Target, out_dir: Path | None, **options: Any) -> RunOutput:
     """Synchronous entry point (see `run_async` for the options)."""
-    return asyncio.run(run_async(cases, target, out_dir, **options))
+    outputs: list[RunOutput] = []
+
+    async def main() -> None:  # not returned by the task: asyncio.run (3.11) formats a whole repr of it
+        outputs.append(await run_async(cases, target, out_dir, **options))
+
+    asyncio.run(main())
+    return outputs[0]
 
 
 def recheck(
