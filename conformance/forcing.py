@@ -207,12 +207,13 @@ def verify_forced_output(
     if token_ids is None:
         raise ForcingUnsupported("the server returned no token_ids (it does not support vLLM's return_token_ids)")
     problems: list[str] = []
-    decoded = tokenizer.detokenize(token_ids)
-    if truncated and raw_text.startswith(decoded):
+    decoded = tokenizer.detokenize(token_ids) if truncated else None
+    if decoded is not None and raw_text.startswith(decoded):
         raw_text = decoded  # the markers to find are those of the part that was generated
-    elif decoded != raw_text and not (token_ids and tokenizer.detokenize(token_ids[:-1]) == raw_text):
+    elif not _decodes_to(tokenizer, token_ids, raw_text):
         expected = "a prefix of " if truncated else ""
-        problems.append(f"the output is not {expected}the forced text: expected {raw_text!r}, got {decoded!r}")
+        problems.append(f"the output is not {expected}the forced text: expected {raw_text!r}, "
+                        f"got {tokenizer.detokenize(token_ids)!r}")
     for marker in markers:
         occurrences = raw_text.count(marker)
         if not occurrences:
@@ -228,6 +229,12 @@ def verify_forced_output(
                 f"{ids[0]} was emitted {emitted} time(s): the engine spelled it with other tokens"
             )
     return problems
+
+
+def _decodes_to(tokenizer: ServerTokenizer, token_ids: Sequence[int], text: str) -> bool:
+    """Whether the ids, or all but the last (a stop token), decode to `text`. All but the last are
+    asked first: forced outputs usually end in the stop token, so one question settles it."""
+    return bool(token_ids) and tokenizer.detokenize(token_ids[:-1]) == text or tokenizer.detokenize(token_ids) == text
 
 
 def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str | None = None) -> None:

@@ -277,3 +277,27 @@ def test_a_proxy_the_environment_names_is_used(route_server, monkeypatch: pytest
     with ServerTokenizer("http://upstream.invalid:8000", "m") as tokenizer:
         assert tokenizer.tokenize("x") == [7]
     assert hits == ["http://upstream.invalid:8000/tokenize"]
+
+
+class VocabularyTokenizer:
+    """A tokenizer from a fixed vocabulary that records every detokenize question."""
+
+    def __init__(self, vocabulary: dict[int, str]) -> None:
+        self.vocabulary, self.asked = vocabulary, []
+
+    def tokenize(self, text: str) -> list[int]:
+        return [token for token, piece in self.vocabulary.items() if piece == text]
+
+    def detokenize(self, token_ids) -> str:
+        self.asked.append(list(token_ids))
+        return "".join(self.vocabulary[token] for token in token_ids)
+
+
+def test_an_output_ending_in_its_stop_token_is_verified_with_one_question() -> None:
+    tokenizer = VocabularyTokenizer({1: "<think>", 2: "x", 3: "y", 9: "<|im_end|>"})
+    assert verify_forced_output(tokenizer, "<think>x", [1, 2, 9]) == [] and tokenizer.asked == [[1, 2]]
+    tokenizer.asked.clear()
+    assert verify_forced_output(tokenizer, "<think>x", [1, 2]) == [] and tokenizer.asked == [[1], [1, 2]]
+    assert verify_forced_output(tokenizer, "<think>x", [1, 3, 9]) == [
+        "the output is not the forced text: expected '<think>x', got '<think>y<|im_end|>'"]
+    assert verify_forced_output(tokenizer, "<think>xy", [1, 2], truncated=True) == []  # a prefix was generated
