@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,7 +149,23 @@ def response_message(transcript: Transcript) -> Message | None:
 
 
 def read_stream(transcript: Transcript) -> StreamReading:
-    """Parse the recorded SSE lines and reassemble the message (choice 0) the way a client would."""
+    """Parse the recorded SSE lines and reassemble the message (choice 0) the way a client would.
+    Verifying, judging and the reports each read a stream: the reading is kept while the transcript
+    lives and its lines stay as they are (treat it as read-only)."""
+    kept = _readings.get(id(transcript))
+    if kept is not None and kept[0]() is transcript and kept[1] == (transcript.endpoint, len(transcript.sse)):
+        return kept[2]
+    reading = _read_stream(transcript)
+    key = id(transcript)
+    _readings[key] = (weakref.ref(transcript, lambda _, key=key: _readings.pop(key, None)),
+                      (transcript.endpoint, len(transcript.sse)), reading)
+    return reading
+
+
+_readings: dict[int, tuple[Any, tuple[str, int], StreamReading]] = {}  # id -> (weak ref, what was read, reading)
+
+
+def _read_stream(transcript: Transcript) -> StreamReading:
     chunks: list[dict[str, Any]] = []
     invalid: list[str] = []
     stream_error = None

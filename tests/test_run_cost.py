@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance import engine
+from conformance import checks, engine
 from conformance.driver import Target
-from tests.engine_helpers import load_cases
+from conformance.transcript import SseLine
+from tests.engine_helpers import load_cases, stream_transcript
 from tests.fake_server import fake_server
 
 CASES_YAML = r"""
@@ -32,3 +33,25 @@ def test_a_run_never_formats_its_output(tmp_path: Path, monkeypatch: pytest.Monk
         cases = list(load_cases(tmp_path / "cases", CASES_YAML).values())
         output = engine.run(cases, Target(server.base_url, "fake", "hf"), tmp_path / "out")
     assert len(output.results) == 2 and formatted == []
+
+
+def test_each_stream_is_parsed_once_for_verifying_judging_and_the_reports(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = []
+    parse = checks._read_stream
+    monkeypatch.setattr(checks, "_read_stream", lambda transcript: parsed.append(transcript) or parse(transcript))
+    forced = CASES_YAML.replace("  expect:", '  force: "x"\n  expect:')  # so that the answers are verified too
+    with fake_server() as server:
+        cases = list(load_cases(tmp_path / "cases", forced).values())
+        output = engine.run(cases, Target(server.base_url, "fake", "hf", can_force=True), tmp_path / "out")
+    engine.write_reports(tmp_path / "out", output.results, output.stamp, output.transcripts)
+    streams = [t for t in output.transcripts if t.mode == "stream"]
+    assert len(streams) == 1 and [id(t) for t in parsed] == [id(streams[0])]
+
+
+def test_a_stream_whose_lines_changed_is_read_again() -> None:
+    transcript = stream_transcript([{"choices": [{"index": 0, "delta": {"content": "a"}}]}], done=False)
+    assert checks.read_stream(transcript) is checks.read_stream(transcript)
+    assert checks.read_stream(transcript).message.content == "a" and not checks.read_stream(transcript).done
+    transcript.sse.append(SseLine("[DONE]", 1.0))
+    assert checks.read_stream(transcript).done
