@@ -235,9 +235,10 @@ async def run_async(
         writers = None
         if out_dir is not None:
             writers = (JsonLinesWriter(out_dir / TRANSCRIPTS_FILE), JsonLinesWriter(out_dir / RESULTS_FILE))
+            header = make_header("transcripts", cases=cases, markers=markers, server=asdict(target.stamp()),
+                                 created_at=started)
             for writer, file in zip(writers, ("transcripts", "results")):
-                writer.write(make_header(file, cases=cases, markers=markers, server=asdict(target.stamp()),
-                                         created_at=started))
+                writer.write({**header, "file": file})  # one header made: its case digest is the costly part
         semaphore = asyncio.Semaphore(max(1, concurrency))
         results: list[CaseResult] = []
         transcripts: list[Transcript] = []

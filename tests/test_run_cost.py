@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import checks, engine
+from conformance import checks, engine, recording
 from conformance.driver import Target
 from conformance.transcript import SseLine
 from tests.engine_helpers import load_cases, stream_transcript
@@ -55,3 +55,16 @@ def test_a_stream_whose_lines_changed_is_read_again() -> None:
     assert checks.read_stream(transcript).message.content == "a" and not checks.read_stream(transcript).done
     transcript.sse.append(SseLine("[DONE]", 1.0))
     assert checks.read_stream(transcript).done
+
+
+def test_a_run_digests_its_cases_once_for_both_headers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    digests = []
+    digest = recording.case_digest
+    monkeypatch.setattr(recording, "case_digest", lambda cases: digests.append(cases) or digest(cases))
+    with fake_server() as server:
+        cases = list(load_cases(tmp_path / "cases", CASES_YAML).values())
+        engine.run(cases, Target(server.base_url, "fake", "hf"), tmp_path / "out")
+    headers = [recording.read_header(tmp_path / "out" / f"{file}.jsonl", file) for file in ("transcripts", "results")]
+    assert len(digests) == 1
+    assert [header["file"] for header in headers] == ["transcripts", "results"]
+    assert headers[0] == {**headers[1], "file": "transcripts"} and headers[0]["case_digest"] == digest(cases)
