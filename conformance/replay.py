@@ -18,6 +18,8 @@ Two shortcuts keep this cheap, each held equal to the SDK's own way by tests/tes
 from __future__ import annotations
 
 import functools
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -40,10 +42,10 @@ def _build(type_: Any, value: Any) -> tuple[Any, bool]:
     from pydantic import ValidationError
 
     try:
-        built = _strict_adapter(type_).validate_python(value, strict=True)
+        built = _strict_adapter(_member_named(type_, value)).validate_python(value, strict=True)
     except ValidationError:
         return construct_type(type_=type_, value=value), False
-    _unset_extras(built)
+    _unset_extras(built, type_)
     return built, True
 
 
@@ -54,21 +56,52 @@ def _strict_adapter(type_: Any) -> Any:
     return TypeAdapter(type_)
 
 
-def _unset_extras(value: Any) -> None:
-    """`construct_type` leaves fields the model does not declare (vLLM's `token_ids`, `reasoning`, ...)
-    out of `model_fields_set`; validation puts them in. Make the validated objects say the same.
-    Only declared fields can hold models: undeclared ones keep the raw JSON value either way."""
-    fields = getattr(type(value), "__pydantic_fields__", None)
-    if fields is not None:
+def _member_named(type_: Any, value: Any) -> Any:
+    """For a union openai-python tells apart by a field (its event unions, by `type`), the member
+    `value` names there, the one `construct_type` falls back to; else `type_`. A value that fits that
+    member exactly fits the union as that member alone, and validating against one member is many
+    times faster than trying all of them."""
+    details = _discriminator(type_)
+    if details is None or not isinstance(value, dict):
+        return type_
+    name = value.get(details.field_alias_from or details.field_name)
+    return details.mapping.get(name, type_) if isinstance(name, str) else type_
+
+
+@functools.cache
+def _discriminator(type_: Any) -> Any:
+    """openai-python's own reading of a discriminated union (`Annotated[Union[...], PropertyInfo(discriminator=...)]`),
+    None for any other type."""
+    from openai._models import _build_discriminated_union_meta
+
+    if typing.get_origin(type_) is not typing.Annotated:
+        return None
+    union, *annotations = typing.get_args(type_)
+    return _build_discriminated_union_meta(union=union, meta_annotations=tuple(annotations))
+
+
+def _unset_extras(value: Any, type_: Any) -> None:
+    """Make a validated `value` of `type_` say what `construct_type` says of it. `construct_type` builds
+    a model with its `construct` (as in lists and dicts of models), which leaves fields the model does
+    not declare (vLLM's `token_ids`, `reasoning`, ...) out of `model_fields_set`, where validation puts
+    them; a union (an optional field, an event union) it validates with pydantic, as the strict path
+    did. Only declared fields can hold models: undeclared ones keep the raw JSON value either way."""
+    while typing.get_origin(type_) is typing.Annotated:
+        type_ = typing.get_args(type_)[0]
+    origin = typing.get_origin(type_)
+    if origin in (typing.Union, types.UnionType) or value is None:
+        return
+    if origin is list:
+        for item in value:
+            _unset_extras(item, typing.get_args(type_)[0])
+    elif origin is dict:
+        for item in value.values():
+            _unset_extras(item, typing.get_args(type_)[1])
+    elif isinstance(type_, type) and hasattr(type_, "__pydantic_fields__"):  # a pydantic model
         if value.__pydantic_extra__:
             object.__setattr__(value, "__pydantic_fields_set__", value.model_fields_set - value.__pydantic_extra__.keys())
-        for name in fields:
-            item = value.__dict__.get(name)
-            if item is not None and not isinstance(item, (str, int, float)):
-                _unset_extras(item)
-    elif isinstance(value, list):
-        for item in value:
-            _unset_extras(item)
+        for name, field in type(value).__pydantic_fields__.items():
+            _unset_extras(value.__dict__.get(name), field.annotation)
 
 
 def replay_chat(chunks: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -> tuple[dict[str, Any], Any]:

@@ -48,6 +48,9 @@ def object_state(value: Any) -> Any:
 
 @settings(max_examples=300, deadline=None)
 @given(chunk)
+# an optional field (tool_calls) the SDK validates with pydantic, which keeps the extra `a` in the fields set
+@example({"id": "", "object": "chat.completion.chunk", "created": 0, "model": "", "choices": [
+    {"index": 0, "delta": {"tool_calls": [{"index": 0, "type": "function", "function": {"a": 0}}]}}]})
 def test_a_chunk_is_built_as_the_sdk_builds_it(value: dict) -> None:
     expected = construct_type(type_=ChatCompletionChunk, value=value)
     assert object_state(sdk_object(ChatCompletionChunk, value)) == object_state(expected)
@@ -55,6 +58,9 @@ def test_a_chunk_is_built_as_the_sdk_builds_it(value: dict) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(event)
+# an event union the SDK validates with pydantic, which keeps vLLM's extra field in the fields set
+@example({"type": "response.output_text.delta", "item_id": "m", "output_index": 0, "content_index": 0, "delta": "a",
+          "sequence_number": 1, "logprobs": [], "token_ids": [5]})
 def test_a_responses_event_is_built_as_the_sdk_builds_it(value: dict) -> None:
     expected = construct_type(type_=ResponseStreamEvent, value=value)
     assert object_state(sdk_object(ResponseStreamEvent, value)) == object_state(expected)
@@ -182,6 +188,21 @@ def test_the_strict_path_is_taken_for_a_well_formed_chunk_and_not_for_a_coercibl
     # pydantic in lax mode would turn "0" into 0; the SDK keeps the string, and so do we
     coercible = {**well_formed, "choices": [{**well_formed["choices"][0], "index": "0"}]}
     assert sdk_object(ChatCompletionChunk, coercible).choices[0].index == "0"
+
+
+def test_an_event_is_validated_against_the_member_its_type_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    from openai.types.responses import ResponseTextDeltaEvent
+
+    validated = []
+    adapter = replay._strict_adapter
+    monkeypatch.setattr(replay, "_strict_adapter", lambda type_: validated.append(type_) or adapter(type_))
+    delta = {"type": "response.output_text.delta", "item_id": "m", "output_index": 0, "content_index": 0,
+             "delta": "hi", "sequence_number": 3, "logprobs": []}
+    assert type(sdk_object(ResponseStreamEvent, delta)) is ResponseTextDeltaEvent
+    unknown = {"type": "response.not_an_event", "sequence_number": 4}
+    assert object_state(sdk_object(ResponseStreamEvent, unknown)) == object_state(
+        construct_type(type_=ResponseStreamEvent, value=unknown))
+    assert validated == [ResponseTextDeltaEvent, ResponseStreamEvent]
 
 
 def pieces(text: str, cuts: list[int]) -> list[str]:
