@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -26,6 +27,7 @@ from conformance.cases import MESSAGE_FIELDS, format_path
 from conformance.fixture import MARKER_TOKENS
 from conformance.forcing import VERIFIED_ENDPOINTS
 from conformance.profiles import expectation_chain, expectation_for, profile_record
+from conformance.replay import replay_chat, replay_responses
 from conformance.transcript import Transcript
 
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
@@ -161,7 +163,23 @@ def response_message(transcript: Transcript) -> Message | None:
 
 
 def read_stream(transcript: Transcript) -> StreamReading:
-    """Parse the recorded SSE lines and reassemble the message (choice 0) the way a client would."""
+    """Parse the recorded SSE lines and reassemble the message (choice 0) the way a client would.
+    Verifying, judging and the reports each read a stream: the reading is kept while the transcript
+    lives and its lines stay as they are (treat it as read-only)."""
+    kept = _readings.get(id(transcript))
+    if kept is not None and kept[0]() is transcript and kept[1] == (transcript.endpoint, len(transcript.sse)):
+        return kept[2]
+    reading = _read_stream(transcript)
+    key = id(transcript)
+    _readings[key] = (weakref.ref(transcript, lambda _, key=key: _readings.pop(key, None)),
+                      (transcript.endpoint, len(transcript.sse)), reading)
+    return reading
+
+
+_readings: dict[int, tuple[Any, tuple[str, int], StreamReading]] = {}  # id -> (weak ref, what was read, reading)
+
+
+def _read_stream(transcript: Transcript) -> StreamReading:
     chunks: list[dict[str, Any]] = []
     invalid: list[str] = []
     stream_error = None
@@ -665,76 +683,17 @@ def finding_tool_call_streaming(reading: StreamReading) -> Check:
     return Check("tool_call_streaming", PASS, FINDING, reason=f"deltas per call index: {counts}", actual=observed)
 
 
-def sdk_object(type_: Any, value: Any) -> Any:
-    """The object openai-python builds from one received JSON value: `construct_type`, which takes
-    the value as it is, without validation. A value that already fits `type_` exactly is built by
-    pydantic-core in strict mode instead (no coercion, so nothing is "fixed"), which gives the same
-    object about ten times faster; tests/test_replay.py holds the two builders equal."""
-    from openai._models import construct_type
-    from pydantic import ValidationError
-
-    try:
-        built = _strict_adapter(type_).validate_python(value, strict=True)
-    except ValidationError:
-        return construct_type(type_=type_, value=value)
-    _unset_extras(built)
-    return built
-
-
-@functools.cache
-def _strict_adapter(type_: Any) -> Any:
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(type_)
-
-
-def _unset_extras(value: Any) -> None:
-    """`construct_type` leaves fields the model does not declare (vLLM's `token_ids`, `reasoning`, ...)
-    out of `model_fields_set`; validation puts them in. Make the validated objects say the same.
-    Only declared fields can hold models: undeclared ones keep the raw JSON value either way."""
-    fields = getattr(type(value), "__pydantic_fields__", None)
-    if fields is not None:
-        if value.__pydantic_extra__:
-            object.__setattr__(value, "__pydantic_fields_set__", value.model_fields_set - value.__pydantic_extra__.keys())
-        for name in fields:
-            item = value.__dict__.get(name)
-            if item is not None and not isinstance(item, (str, int, float)):
-                _unset_extras(item)
-    elif isinstance(value, list):
-        for item in value:
-            _unset_extras(item)
-
-
 def replay_with_openai_client(reading: StreamReading, tools: Sequence[Any]) -> Message:
-    """Feed the recorded chunks through openai-python's own accumulator (the helper behind
-    `client.chat.completions.stream()`), built into objects exactly as the SDK builds them."""
-    from openai.lib.streaming.chat import ChatCompletionStreamState
-    from openai.types.chat import ChatCompletionChunk
-
-    state = ChatCompletionStreamState(input_tools=tools)
-    for chunk in reading.chunks:
-        state.handle_chunk(sdk_object(ChatCompletionChunk, chunk))
-    choice = state.current_completion_snapshot.choices[0]
-    if choice.finish_reason not in ("length", "content_filter"):  # the SDK refuses to finalise those, always
-        choice = state.get_final_completion().choices[0]  # parses strict tools' arguments, as the SDK does
-    return _message_from_chat_json(choice.message.to_dict(), choice.finish_reason)
+    """The message openai-python's own accumulator (the helper behind `client.chat.completions.stream()`)
+    rebuilds from the recorded chunks (`conformance.replay.replay_chat`)."""
+    message, finish_reason = replay_chat(reading.chunks, tools)
+    return _message_from_chat_json(message, finish_reason)
 
 
 def replay_responses_with_openai_client(reading: StreamReading, tools: Sequence[Any]) -> Message:
-    """Feed the recorded Responses events through openai-python's own accumulator (the state behind
-    `client.responses.stream()`) and take the final response as `get_final_response()` would: it
-    raises when no `response.completed` event came (an incomplete response, for one)."""
-    from openai import omit
-    from openai.lib.streaming.responses import ResponseStreamState
-    from openai.types.responses import ResponseStreamEvent
-
-    state = ResponseStreamState(input_tools=tools, text_format=omit)
-    for event in reading.events:
-        state.handle_event(sdk_object(ResponseStreamEvent, event))
-    final = state._completed_response  # what get_final_response() returns
-    if final is None:
-        raise RuntimeError("Didn't receive a `response.completed` event.")  # get_final_response()'s own words
-    return _message_from_responses_json(final.to_dict())
+    """The message of the final response openai-python's own accumulator (the state behind
+    `client.responses.stream()`) rebuilds from the recorded events (`conformance.replay.replay_responses`)."""
+    return _message_from_responses_json(replay_responses(reading.events, tools))
 
 
 def finding_client_replay(transcript: Transcript, reading: StreamReading) -> Check:

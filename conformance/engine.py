@@ -310,9 +310,10 @@ async def run_async(
         writers = None
         if out_dir is not None:
             writers = (JsonLinesWriter(out_dir / TRANSCRIPTS_FILE), JsonLinesWriter(out_dir / RESULTS_FILE))
+            header = make_header("transcripts", cases=cases, markers=markers, server=asdict(target.stamp()),
+                                 created_at=started)
             for writer, file in zip(writers, ("transcripts", "results")):
-                writer.write(make_header(file, cases=cases, markers=markers, server=asdict(target.stamp()),
-                                         created_at=started))
+                writer.write({**header, "file": file})  # one header made: its case digest is the costly part
         semaphore = asyncio.Semaphore(max(1, concurrency))
         results: list[CaseResult] = []
         transcripts: list[Transcript] = []
@@ -355,6 +356,8 @@ async def run_async(
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             bar.close()
+            if tokenizer.cache_info().currsize:  # made at the first forced answer
+                tokenizer().close()
             if writers:
                 for writer in writers:
                     writer.close()
@@ -364,7 +367,13 @@ async def run_async(
 
 def run(cases: Sequence[Any], target: Target, out_dir: Path | None, **options: Any) -> RunOutput:
     """Synchronous entry point (see `run_async` for the options)."""
-    return asyncio.run(run_async(cases, target, out_dir, **options))
+    outputs: list[RunOutput] = []
+
+    async def main() -> None:  # not returned by the task: asyncio.run (3.11) formats a whole repr of it
+        outputs.append(await run_async(cases, target, out_dir, **options))
+
+    asyncio.run(main())
+    return outputs[0]
 
 
 def recheck(

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import http.client
+import io
 import json
 import threading
 import time
@@ -124,12 +126,14 @@ class ServerTokenizer:
     """A server's own tokenizer through its `/tokenize` and `/detokenize` endpoints (vLLM's), every
     answer remembered: within a run each marker is asked for once, and answers that came back with
     the same token ids (the stream and non-stream of one case, usually) are decoded once.
-    Safe to share between threads (a race only asks twice)."""
+    Requests go over kept-alive connections (`close()` ends them). Safe to share between threads
+    (a race only asks twice)."""
 
     def __init__(self, root_url: str, model: str, api_key: str | None = None, timeout: float = 60) -> None:
         self.root_url, self.model, self.api_key, self.timeout = root_url, model, api_key, timeout
         self._token_ids: dict[str, list[int]] = {}
         self._texts: dict[tuple[int, ...], str] = {}
+        self._connections = _KeptAlive(root_url, timeout, api_key)
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of `text` (no special tokens added)."""
@@ -145,13 +149,81 @@ class ServerTokenizer:
             self._texts[key] = self._endpoint("/detokenize", {"model": self.model, "tokens": list(key)})["prompt"]
         return self._texts[key]
 
+    def close(self) -> None:
+        self._connections.close()
+
+    def __enter__(self) -> ServerTokenizer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def _endpoint(self, path: str, body: dict) -> dict:
         try:
-            return _post_json(self.root_url + path, body, self.timeout, self.api_key)
+            return self._connections.post_json(path, body)
         except urllib.error.HTTPError as error:
             if error.code in (404, 405):
                 raise ForcingUnsupported(f"the server has no {path[1:]} endpoint to verify tokens") from error
             raise ServerRefused(f"{path}: {http_error_text(error)}") from error
+
+
+class _KeptAlive:
+    """POSTs JSON to one server as `_post_json` does (the same errors: HTTPError for an HTTP error
+    status, OSError, ValueError), over connections kept alive between requests, one per thread at a
+    time. Where the environment routes the server through a proxy, each request goes through urllib."""
+
+    def __init__(self, root_url: str, timeout: float, api_key: str | None) -> None:
+        self.given_url, self.timeout, self.api_key = root_url, timeout, api_key
+        self.root_url, self.headers = _request_parts(root_url, api_key)
+        parts = urllib.parse.urlsplit(self.root_url)
+        self.secure, self.host, self.prefix = parts.scheme == "https", parts.netloc, parts.path.rstrip("/")
+        self.proxied = parts.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(parts.hostname or "")
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def post_json(self, path: str, body: dict) -> dict:
+        if self.proxied:
+            return _post_json(self.given_url + path, body, self.timeout, self.api_key)
+        payload = json.dumps(body).encode()
+        with self._lock:
+            kept = self._idle.pop() if self._idle else None
+        answer = None
+        if kept is not None:
+            try:
+                answer = self._exchange(kept, path, payload)
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                pass  # the server closed it while it sat idle: once more, on a new connection
+        if answer is None:
+            connection_class = http.client.HTTPSConnection if self.secure else http.client.HTTPConnection
+            answer = self._exchange(connection_class(self.host, timeout=self.timeout), path, payload)
+        response, data = answer
+        if response.status >= 400:
+            raise urllib.error.HTTPError(self.root_url + path, response.status, response.reason, response.headers,
+                                         io.BytesIO(data))
+        return _json_answer(data, path)
+
+    def _exchange(self, connection: http.client.HTTPConnection, path: str,
+                  payload: bytes) -> tuple[http.client.HTTPResponse, bytes]:
+        """Send one request and read the whole answer; the connection is kept for the next one, or
+        closed if anything went wrong."""
+        try:
+            connection.request("POST", self.prefix + path, payload, self.headers)
+            response = connection.getresponse()
+            data = response.read(MAX_SIDE_ANSWER_BYTES + 1)
+            if len(data) > MAX_SIDE_ANSWER_BYTES:
+                raise ValueError(f"the answer to {path} is longer than {MAX_SIDE_ANSWER_BYTES} bytes")
+        except BaseException:
+            connection.close()
+            raise
+        with self._lock:
+            self._idle.append(connection)
+        return response, data
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
 
 
 def verify_forced_output(
@@ -169,12 +241,13 @@ def verify_forced_output(
     if token_ids is None:
         raise ForcingUnsupported("the server returned no token_ids (it does not support vLLM's return_token_ids)")
     problems: list[str] = []
-    decoded = tokenizer.detokenize(token_ids)
-    if truncated and raw_text.startswith(decoded):
+    decoded = tokenizer.detokenize(token_ids) if truncated else None
+    if decoded is not None and raw_text.startswith(decoded):
         raw_text = decoded  # the markers to find are those of the part that was generated
-    elif decoded != raw_text and not (token_ids and tokenizer.detokenize(token_ids[:-1]) == raw_text):
+    elif not _decodes_to(tokenizer, token_ids, raw_text):
         expected = "a prefix of " if truncated else ""
-        problems.append(f"the output is not {expected}the forced text: expected {raw_text!r}, got {decoded!r}")
+        problems.append(f"the output is not {expected}the forced text: expected {raw_text!r}, "
+                        f"got {tokenizer.detokenize(token_ids)!r}")
     for marker in markers:
         occurrences = raw_text.count(marker)
         if not occurrences:
@@ -190,6 +263,12 @@ def verify_forced_output(
                 f"{ids[0]} was emitted {emitted} time(s): the engine spelled it with other tokens"
             )
     return problems
+
+
+def _decodes_to(tokenizer: ServerTokenizer, token_ids: Sequence[int], text: str) -> bool:
+    """Whether the ids, or all but the last (a stop token), decode to `text`. All but the last are
+    asked first: forced outputs usually end in the stop token, so one question settles it."""
+    return bool(token_ids) and tokenizer.detokenize(token_ids[:-1]) == text or tokenizer.detokenize(token_ids) == text
 
 
 def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str | None = None) -> None:
@@ -208,8 +287,8 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str 
         if error.code in REFUSED_FORCING_STATUSES:
             raise ForcingUnsupported(f"the server refused a forced request: {http_error_text(error)}") from error
         raise ServerRefused(http_error_text(error)) from error
-    problems = verify_forced_output(ServerTokenizer(root_url, model, api_key, timeout), PROBE_TEXT,
-                                    token_ids_of(response))
+    with ServerTokenizer(root_url, model, api_key, timeout) as tokenizer:
+        problems = verify_forced_output(tokenizer, PROBE_TEXT, token_ids_of(response))
     if problems:
         raise ForcingUnsupported(
             "the server did not honour a forced output (a vLLM server with a reasoning parser needs "
@@ -220,18 +299,33 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str 
 MAX_SIDE_ANSWER_BYTES = 16 * 1024 * 1024
 
 
-def _post_json(url: str, body: dict, timeout: float, api_key: str | None) -> dict:
-    """POST `body`, the JSON answer; the whole answer within `timeout` seconds (a trickle is cut, TimeoutError)
-    and MAX_SIDE_ANSWER_BYTES (ValueError)."""
-    deadline = time.monotonic() + timeout
+def _request_parts(url: str, api_key: str | None) -> tuple[str, dict[str, str]]:
+    """(`url` without credentials, the headers: JSON, and the API key as a bearer token, or the URL's
+    credentials as basic auth, as the openai client's httpx sends them)."""
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     parts = urllib.parse.urlsplit(url)
-    if "@" in parts.netloc:  # credentials in the URL: basic auth, as the openai client's httpx sends them
+    if "@" in parts.netloc:
         userinfo, _, host = parts.netloc.rpartition("@")
         headers["Authorization"] = "Basic " + base64.b64encode(urllib.parse.unquote(userinfo).encode()).decode()
         url = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    return url, headers
+
+
+def _json_answer(raw: bytes, path: str) -> dict:
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"the answer to {path} is not JSON: {raw[:200].decode('utf-8', 'replace')!r}") from exc
+
+
+def _post_json(url: str, body: dict, timeout: float, api_key: str | None) -> dict:
+    """POST `body`, the JSON answer; the whole answer within `timeout` seconds (a trickle is cut, TimeoutError)
+    and MAX_SIDE_ANSWER_BYTES (ValueError)."""
+    deadline = time.monotonic() + timeout
+    url, headers = _request_parts(url, api_key)
+    parts = urllib.parse.urlsplit(url)
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
     pieces, size = [], 0
     with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -242,11 +336,7 @@ def _post_json(url: str, body: dict, timeout: float, api_key: str | None) -> dic
                 raise ValueError(f"the answer to {parts.path} is longer than {MAX_SIDE_ANSWER_BYTES} bytes")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the answer to {parts.path} did not arrive within {timeout:g}s")
-    raw = b"".join(pieces)
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"the answer to {parts.path} is not JSON: {raw[:200].decode('utf-8', 'replace')!r}") from exc
+    return _json_answer(b"".join(pieces), parts.path)
 
 
 Result = TypeVar("Result")

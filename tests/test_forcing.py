@@ -6,6 +6,8 @@ import http.server
 import json
 import re
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 
 from conformance.forcing import (
     ForcingUnsupported,
+    ServerRefused,
     ServerTokenizer,
     exact_regex,
     forced_text,
@@ -201,3 +204,101 @@ def test_the_tokenizer_asks_the_server_once_per_marker_and_once_per_answer(route
                                                                    "but its token 7 was emitted 0 time(s): the engine "
                                                                    "spelled it with other tokens"]
     assert hits == ["/tokenize", "/detokenize"]  # other ids are decoded; the marker is known
+
+
+class KeepAliveServer(FakeServer):
+    """`FakeServer` speaking HTTP/1.1 (connections stay open); counts the connections it accepted and
+    drops a connection without a word after answering when `close_after` says so."""
+
+    protocol_version = "HTTP/1.1"
+    connections: list[tuple[str, int]] = []
+    close_after: list[bool] = []  # per request, in order: close the connection silently after answering
+
+    def setup(self) -> None:
+        super().setup()
+        self.connections.append(self.client_address)
+
+    def do_POST(self) -> None:
+        super().do_POST()
+        if self.close_after and self.close_after.pop(0):
+            self.close_connection = True
+
+
+@pytest.fixture
+def keep_alive_server() -> Iterator[tuple[str, dict, list[str], list, list[bool]]]:
+    routes: dict[str, tuple[int, dict]] = {}
+    hits: list[str] = []
+    connections: list = []
+    close_after: list[bool] = []
+    handler = type("Handler", (KeepAliveServer,), {"routes": routes, "hits": hits, "connections": connections,
+                                                   "close_after": close_after})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", routes, hits, connections, close_after
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_tokenizer_asks_over_one_kept_alive_connection(keep_alive_server) -> None:
+    url, routes, hits, connections, _ = keep_alive_server
+    routes["/tokenize"] = (200, {"tokens": [7]})
+    routes["/detokenize"] = (200, {"prompt": "x"})
+    with ServerTokenizer(url, "m") as tokenizer:
+        for n in range(5):
+            assert tokenizer.detokenize([n]) == "x" and tokenizer.tokenize(f"t{n}") == [7]
+    assert len(hits) == 10 and len(connections) == 1
+
+
+def test_a_connection_the_server_dropped_is_replaced_and_errors_keep_their_meaning(keep_alive_server) -> None:
+    url, routes, hits, connections, close_after = keep_alive_server
+    routes["/detokenize"] = (200, {"prompt": "x"})
+    close_after[:] = [True, False]  # the first answer's connection is dropped while it sits idle
+    with ServerTokenizer(url, "m") as tokenizer:
+        assert tokenizer.detokenize([1]) == "x" and tokenizer.detokenize([2]) == "x"
+        assert len(connections) == 2
+        routes["/detokenize"] = (500, {"detail": "engine died"})
+        with pytest.raises(ServerRefused, match="/detokenize: HTTP 500: engine died"):
+            tokenizer.detokenize([3])
+        with pytest.raises(ForcingUnsupported, match="no tokenize endpoint"):
+            tokenizer.tokenize("x")  # 404 from this server
+    assert len(connections) == 2  # errors do not cost a connection
+
+
+def test_a_proxy_the_environment_names_is_used(route_server, monkeypatch: pytest.MonkeyPatch) -> None:
+    proxy, routes, hits = route_server
+    routes["http://upstream.invalid:8000/tokenize"] = (200, {"tokens": [7]})
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, proxy)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.setattr(urllib.request, "_opener", None)  # urllib reads the environment when it builds its opener
+    with ServerTokenizer("http://upstream.invalid:8000", "m") as tokenizer:
+        assert tokenizer.tokenize("x") == [7]
+    assert hits == ["http://upstream.invalid:8000/tokenize"]
+
+
+class VocabularyTokenizer:
+    """A tokenizer from a fixed vocabulary that records every detokenize question."""
+
+    def __init__(self, vocabulary: dict[int, str]) -> None:
+        self.vocabulary, self.asked = vocabulary, []
+
+    def tokenize(self, text: str) -> list[int]:
+        return [token for token, piece in self.vocabulary.items() if piece == text]
+
+    def detokenize(self, token_ids) -> str:
+        self.asked.append(list(token_ids))
+        return "".join(self.vocabulary[token] for token in token_ids)
+
+
+def test_an_output_ending_in_its_stop_token_is_verified_with_one_question() -> None:
+    tokenizer = VocabularyTokenizer({1: "<think>", 2: "x", 3: "y", 9: "<|im_end|>"})
+    assert verify_forced_output(tokenizer, "<think>x", [1, 2, 9]) == [] and tokenizer.asked == [[1, 2]]
+    tokenizer.asked.clear()
+    assert verify_forced_output(tokenizer, "<think>x", [1, 2]) == [] and tokenizer.asked == [[1], [1, 2]]
+    assert verify_forced_output(tokenizer, "<think>x", [1, 3, 9]) == [
+        "the output is not the forced text: expected '<think>x', got '<think>y<|im_end|>'"]
+    assert verify_forced_output(tokenizer, "<think>xy", [1, 2], truncated=True) == []  # a prefix was generated

@@ -1,9 +1,11 @@
-"""Client replay builds SDK objects faster than openai-python does, and must build the same ones.
+"""Client replay takes two shortcuts past openai-python's own way, and must end where it ends.
 
-`conformance.checks.sdk_object` takes pydantic-core's strict validation where a value fits the type
-exactly and openai-python's own `construct_type` otherwise. These properties hold it to the SDK:
-for generated chunks and events (well-formed, vLLM-extended and broken), the objects are identical
-down to types, `model_fields_set` and extras, and a whole replay ends the same way.
+`conformance.replay.sdk_object` takes pydantic-core's strict validation where a value fits the type
+exactly and openai-python's own `construct_type` otherwise; `replay_chat` feeds a run of text-only
+chunks as one. These properties hold both to the SDK: for generated chunks and events (well-formed,
+vLLM-extended and broken), the objects are identical down to types, `model_fields_set` and extras,
+and a whole replay of a generated stream ends with the same message (or the same exception) as the
+SDK's accumulator fed every chunk, each built by `construct_type`.
 """
 
 from __future__ import annotations
@@ -12,16 +14,18 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from openai._models import construct_type
+from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import ResponseStreamEvent
 from pydantic import BaseModel
 
-from conformance import checks
-from conformance.checks import read_stream, replay_with_openai_client, sdk_object
-from tests.answer_strategies import chunk, event
+from conformance import checks, replay
+from conformance.checks import read_stream
+from conformance.replay import TEXT_FIELDS, replay_chat, sdk_object
+from tests.answer_strategies import chunk, event, sometimes, text, tool_call, usage
 from tests.engine_helpers import stream_transcript
 
 
@@ -44,6 +48,9 @@ def object_state(value: Any) -> Any:
 
 @settings(max_examples=300, deadline=None)
 @given(chunk)
+# an optional field (tool_calls) the SDK validates with pydantic, which keeps the extra `a` in the fields set
+@example({"id": "", "object": "chat.completion.chunk", "created": 0, "model": "", "choices": [
+    {"index": 0, "delta": {"tool_calls": [{"index": 0, "type": "function", "function": {"a": 0}}]}}]})
 def test_a_chunk_is_built_as_the_sdk_builds_it(value: dict) -> None:
     expected = construct_type(type_=ChatCompletionChunk, value=value)
     assert object_state(sdk_object(ChatCompletionChunk, value)) == object_state(expected)
@@ -51,27 +58,126 @@ def test_a_chunk_is_built_as_the_sdk_builds_it(value: dict) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(event)
+# an event union the SDK validates with pydantic, which keeps vLLM's extra field in the fields set
+@example({"type": "response.output_text.delta", "item_id": "m", "output_index": 0, "content_index": 0, "delta": "a",
+          "sequence_number": 1, "logprobs": [], "token_ids": [5]})
 def test_a_responses_event_is_built_as_the_sdk_builds_it(value: dict) -> None:
     expected = construct_type(type_=ResponseStreamEvent, value=value)
     assert object_state(sdk_object(ResponseStreamEvent, value)) == object_state(expected)
 
 
-def replay_outcome(chunks: list[dict]) -> Any:
-    reading = replace(read_stream(stream_transcript([])), chunks=chunks)  # only the chunks are replayed
+def sdk_replay(chunks: list[dict], tools: list[dict]) -> tuple[dict, Any]:
+    """What openai-python's accumulator ends with when a client iterates the stream: every chunk
+    built by the SDK's own `construct_type` and fed in turn, then finalised (unless the SDK refuses to)."""
+    state = ChatCompletionStreamState(input_tools=tools)
+    for value in chunks:
+        state.handle_chunk(construct_type(type_=ChatCompletionChunk, value=value))
+    choice = state.current_completion_snapshot.choices[0]
+    if choice.finish_reason not in ("length", "content_filter"):
+        choice = state.get_final_completion().choices[0]
+    return choice.message.to_dict(), choice.finish_reason
+
+
+def outcome(replayer: Any, chunks: list[dict], tools: list[dict]) -> Any:
     try:
-        return replay_with_openai_client(reading, [])
+        return replayer(chunks, tools)
     except Exception as exc:
         return type(exc), str(exc)
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(chunk, min_size=1, max_size=5))
-def test_a_replay_ends_as_it_ends_with_the_sdks_own_builder(chunks: list[dict]) -> None:
-    fast = replay_outcome(chunks)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(checks, "sdk_object", lambda type_, value: construct_type(type_=type_, value=value))
-        slow = replay_outcome(chunks)
-    assert fast == slow
+def chat_chunk(delta: Any, **fields: Any) -> dict:
+    return {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": None, **fields}]}
+
+
+ROLE = chat_chunk({"role": "assistant", "content": ""})
+# Chunks that only carry text (vLLM sends one per token, and an empty one per swallowed token) and
+# the next piece of a call's arguments (as hermes streams them), sometimes with vLLM's extras, a
+# usage or a top-level field of the wrong type.
+appended_delta = st.builds(
+    lambda texts, call: {**texts, **call},
+    st.dictionaries(st.sampled_from(sorted(TEXT_FIELDS)), st.one_of(text, st.none()), max_size=2),
+    st.one_of(st.just({}), st.builds(lambda index, piece: {"tool_calls": [{"index": index, "function": {
+        "arguments": piece}}]}, st.integers(0, 2), text)),
+)
+appending_chunk = st.builds(
+    lambda delta, choice, top: {**chat_chunk(delta), **top,
+                                "choices": [{**chat_chunk(delta)["choices"][0], **choice}]},
+    appended_delta,
+    st.fixed_dictionaries({}, optional={"logprobs": st.none(), "token_ids": st.lists(st.integers(0, 500), max_size=3)}),
+    st.fixed_dictionaries({}, optional={"usage": st.one_of(st.none(), usage), "created": sometimes(st.integers(0, 9)),
+                                        "system_fingerprint": st.one_of(st.none(), text)}),
+)
+call_head = st.integers(0, 2).map(lambda index: chat_chunk({"content": None, "tool_calls": [
+    {"index": index, "id": f"call_{index}", "type": "function", "function": {"name": "get_weather"}}]}))
+tool_chunk = st.one_of(call_head, st.lists(tool_call, min_size=1, max_size=2).map(
+    lambda calls: chat_chunk({"tool_calls": calls})))
+finish_chunk = st.sampled_from(["stop", "tool_calls", "length"]).map(lambda reason: {
+    **chat_chunk({}), "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]})
+first_chunk = st.one_of(st.just(ROLE),
+                        st.just({**chat_chunk({}), "choices": []}), chunk)
+stream = st.builds(lambda first, middle, tail: [first, *middle, *tail], first_chunk,
+                   st.lists(st.one_of(appending_chunk, appending_chunk, tool_chunk, finish_chunk, chunk), max_size=12),
+                   st.lists(appending_chunk, max_size=4))  # a stream may well end in appending chunks
+tools = st.sampled_from([[], [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
+                         [{"type": "function", "function": {"name": "get_weather", "parameters": {}, "strict": True}}]])
+
+
+@settings(max_examples=400, deadline=None)
+@given(stream, tools)
+# text after the finish reason: the first such chunk sets `parsed`, which the next one drops
+@example([ROLE, chat_chunk({}, finish_reason="length"), chat_chunk({"content": "0"}), chat_chunk({})], [])
+# no choice yet: the first text chunk creates it
+@example([{**ROLE, "choices": []}, chat_chunk({"content": "a"}), chat_chunk({"content": "b"})], [])
+def test_a_replay_ends_as_the_sdks_own_accumulator_ends(chunks: list[dict], tools: list[dict]) -> None:
+    assert outcome(replay_chat, chunks, tools) == outcome(sdk_replay, chunks, tools)
+
+
+def fed_deltas(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """The delta of every chunk the accumulator is fed from now on."""
+    fed: list[dict] = []
+    handle_chunk = ChatCompletionStreamState.handle_chunk
+    monkeypatch.setattr(ChatCompletionStreamState, "handle_chunk", lambda state, built: fed.append(
+        built.to_dict()["choices"][0]["delta"]) or handle_chunk(state, built))
+    return fed
+
+
+def test_a_run_of_text_chunks_is_fed_as_one_and_nothing_else_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    chunks = [chat_chunk({"role": "assistant", "content": ""}), *(chat_chunk({"reasoning": r}) for r in "abc"),
+              chat_chunk({}), chat_chunk({"content": "x"}), chat_chunk({"tool_calls": [call]}),
+              chat_chunk({}), chat_chunk({}), chat_chunk({}, finish_reason="tool_calls"), chat_chunk({"content": "y"}),
+              chat_chunk({"content": "z"})]  # fmt: skip
+    fed = fed_deltas(monkeypatch)
+    replayed = replay_chat(chunks, [])
+    # role; the five text chunks as one; the call; the two empty chunks as one; the finish; after the
+    # finish reason every chunk on its own
+    assert fed == [{"role": "assistant", "content": ""}, {"reasoning": "abc", "content": "x"}, {"tool_calls": [call]},
+                   {}, {}, {"content": "y"}, {"content": "z"}]
+    assert replayed == sdk_replay(chunks, []) and replayed[0]["content"] == "xyz"
+
+
+def test_argument_pieces_of_the_current_call_are_fed_as_one_unless_a_tool_is_strict(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def head(index: int) -> dict:
+        return chat_chunk({"content": None, "tool_calls": [{"index": index, "id": f"call_{index}", "type": "function",
+                                                            "function": {"name": "f"}}]})
+
+    def piece(index: int, arguments: str) -> dict:
+        return chat_chunk({"content": None, "tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
+
+    chunks = [chat_chunk({"role": "assistant", "content": ""}), head(0), piece(0, '{"a"'), piece(0, ": 1"),
+              piece(0, "}"), head(1), piece(1, "{"), piece(1, "}"), chat_chunk({}, finish_reason="tool_calls")]
+    fed = fed_deltas(monkeypatch)
+    replayed = replay_chat(chunks, [])
+    assert [delta.get("tool_calls", [{}])[0].get("function") for delta in fed] == [
+        None, {"name": "f"}, {"arguments": '{"a": 1}'}, {"name": "f"}, {"arguments": "{}"}, None]
+    assert replayed == sdk_replay(chunks, [])
+    assert [call["function"]["arguments"] for call in replayed[0]["tool_calls"]] == ['{"a": 1}', "{}"]
+    strict = [{"type": "function", "function": {"name": "f", "parameters": {}, "strict": True}}]
+    expected = sdk_replay(chunks, strict)
+    fed.clear()
+    assert replay_chat(chunks, strict) == expected and len(fed) == len(chunks)
 
 
 def test_the_strict_path_is_taken_for_a_well_formed_chunk_and_not_for_a_coercible_one() -> None:
@@ -82,6 +188,21 @@ def test_the_strict_path_is_taken_for_a_well_formed_chunk_and_not_for_a_coercibl
     # pydantic in lax mode would turn "0" into 0; the SDK keeps the string, and so do we
     coercible = {**well_formed, "choices": [{**well_formed["choices"][0], "index": "0"}]}
     assert sdk_object(ChatCompletionChunk, coercible).choices[0].index == "0"
+
+
+def test_an_event_is_validated_against_the_member_its_type_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    from openai.types.responses import ResponseTextDeltaEvent
+
+    validated = []
+    adapter = replay._strict_adapter
+    monkeypatch.setattr(replay, "_strict_adapter", lambda type_: validated.append(type_) or adapter(type_))
+    delta = {"type": "response.output_text.delta", "item_id": "m", "output_index": 0, "content_index": 0,
+             "delta": "hi", "sequence_number": 3, "logprobs": []}
+    assert type(sdk_object(ResponseStreamEvent, delta)) is ResponseTextDeltaEvent
+    unknown = {"type": "response.not_an_event", "sequence_number": 4}
+    assert object_state(sdk_object(ResponseStreamEvent, unknown)) == object_state(
+        construct_type(type_=ResponseStreamEvent, value=unknown))
+    assert validated == [ResponseTextDeltaEvent, ResponseStreamEvent]
 
 
 def pieces(text: str, cuts: list[int]) -> list[str]:

@@ -1,0 +1,34 @@
+"""benchmarks/run_benchmark.py reports the tool's CPU against a bare openai client and against its
+own sending, with the goals, here against the loopback fake server (real vLLM: README)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fake_server import fake_server
+
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "run_benchmark.py"
+
+
+def test_the_benchmark_prints_both_ratios_with_their_goals_and_exits_by_them(tmp_path: Path) -> None:
+    with fake_server() as server:
+        completed = subprocess.run(
+            [sys.executable, str(BENCHMARK), "--base-url", server.base_url, "--model", "fake", "--runs", "2",
+             "--json", str(tmp_path / "bench.json")],
+            capture_output=True, text=True, timeout=300,
+        )
+    assert completed.returncode in (0, 1), completed.stderr
+    measured = json.loads((tmp_path / "bench.json").read_text())
+    tool, bare, sending = (measured[key] for key in ("tool_cpu_seconds", "bare_client_cpu_seconds",
+                                                      "sending_alone_cpu_seconds"))
+    vs_bare, vs_sending = measured["tool_vs_bare_client"], measured["tool_vs_sending_alone"]
+    assert vs_bare == pytest.approx(tool / bare, rel=0.02) and vs_sending == pytest.approx(tool / sending, rel=0.02)
+    assert (measured["goal_vs_bare_client"], measured["goal_vs_sending_alone"]) == (1.0, 1.5)
+    assert (f"tool CPU / bare client CPU: {vs_bare:.2f} (goal <= 1.0); "
+            f"tool CPU / its sending alone: {vs_sending:.2f} (goal <= 1.5)") in completed.stdout
+    assert completed.returncode == (0 if vs_bare <= 1.0 and vs_sending <= 1.5 else 1)

@@ -1,0 +1,70 @@
+"""What a run does not spend CPU on (benchmarks/run_benchmark.py measures what it does spend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conformance import checks, engine, recording
+from conformance.driver import Target
+from conformance.transcript import SseLine
+from tests.engine_helpers import load_cases, stream_transcript
+from tests.fake_server import fake_server
+
+CASES_YAML = r"""
+- id: ok
+  description: One tool call arrives whole after the reasoning.
+  features: [tool_call]
+  request:
+    messages: [{role: user, content: ok}]
+    tools: [get_weather]
+  expect:
+    hf: {message: {reasoning: "\nplan\n", tool_calls: [{name: get_weather, arguments: {city: Paris}}]}, finish_reason: tool_calls}
+"""
+
+
+def test_a_run_never_formats_its_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """asyncio.run (CPython 3.11, main thread) formats the repr of its main task, result included,
+    when it puts back the SIGINT handler: for a whole run's output that is tens of milliseconds."""
+    formatted = []
+    monkeypatch.setattr(engine.RunOutput, "__repr__", lambda self: formatted.append(self) or "RunOutput(...)")
+    with fake_server() as server:
+        cases = list(load_cases(tmp_path / "cases", CASES_YAML).values())
+        output = engine.run(cases, Target(server.base_url, "fake", "hf"), tmp_path / "out")
+    assert len(output.results) == 2 and formatted == []
+
+
+def test_each_stream_is_parsed_once_for_verifying_judging_and_the_reports(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = []
+    parse = checks._read_stream
+    monkeypatch.setattr(checks, "_read_stream", lambda transcript: parsed.append(transcript) or parse(transcript))
+    forced = CASES_YAML.replace("  expect:", '  force: "x"\n  expect:')  # so that the answers are verified too
+    with fake_server() as server:
+        cases = list(load_cases(tmp_path / "cases", forced).values())
+        output = engine.run(cases, Target(server.base_url, "fake", "hf", can_force=True), tmp_path / "out")
+    engine.write_reports(tmp_path / "out", output.results, output.stamp, output.transcripts)
+    streams = [t for t in output.transcripts if t.mode == "stream"]
+    assert len(streams) == 1 and [id(t) for t in parsed] == [id(streams[0])]
+
+
+def test_a_stream_whose_lines_changed_is_read_again() -> None:
+    transcript = stream_transcript([{"choices": [{"index": 0, "delta": {"content": "a"}}]}], done=False)
+    assert checks.read_stream(transcript) is checks.read_stream(transcript)
+    assert checks.read_stream(transcript).message.content == "a" and not checks.read_stream(transcript).done
+    transcript.sse.append(SseLine("[DONE]", 1.0))
+    assert checks.read_stream(transcript).done
+
+
+def test_a_run_digests_its_cases_once_for_both_headers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    digests = []
+    digest = recording.case_digest
+    monkeypatch.setattr(recording, "case_digest", lambda cases: digests.append(cases) or digest(cases))
+    with fake_server() as server:
+        cases = list(load_cases(tmp_path / "cases", CASES_YAML).values())
+        engine.run(cases, Target(server.base_url, "fake", "hf"), tmp_path / "out")
+    headers = [recording.read_header(tmp_path / "out" / f"{file}.jsonl", file) for file in ("transcripts", "results")]
+    assert len(digests) == 1
+    assert [header["file"] for header in headers] == ["transcripts", "results"]
+    assert headers[0] == {**headers[1], "file": "transcripts"} and headers[0]["case_digest"] == digest(cases)
