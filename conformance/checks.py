@@ -18,17 +18,30 @@ from __future__ import annotations
 
 import functools
 import json
-import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from conformance.cases import MESSAGE_FIELDS, format_path
-from conformance.fixture import MARKER_TOKENS
+from conformance.cases import format_path
 from conformance.forcing import VERIFIED_ENDPOINTS
 from conformance.profiles import expectation_chain, expectation_for, profile_record
+from conformance.markers import DEFAULT_MARKERS
 from conformance.replay import replay_chat, replay_responses
 from conformance.transcript import Transcript
+from conformance.wire import (
+    RESPONSES_TERMINAL_EVENTS,
+    VIEW_FIELDS,
+    Message,
+    StreamReading,
+    empty_text,
+    error_object,
+    error_text,
+    message_from_chat_json,
+    message_from_responses_json,
+    message_view,
+    read_stream,
+    response_message,
+)
 
 PASS, FAIL, SKIP, ERROR = "pass", "fail", "skip", "error"
 CONTRACT, EXPECTATION, SCHEMA, FINDING = "contract", "expectation", "schema", "finding"
@@ -45,12 +58,6 @@ SkipKind = Literal[
     "model_miss",  # natural mode: the model did not call the tool the prompt asks for
 ]
 SKIP_KINDS: tuple[str, ...] = get_args(SkipKind)
-
-# Qwen3/Hermes delimiters: the markers checked when the served checkpoint's template is unknown.
-DEFAULT_MARKERS = MARKER_TOKENS
-VIEW_FIELDS = (*MESSAGE_FIELDS, "finish_reason")  # what message comparisons look at
-REASONING_KEYS = ("reasoning", "reasoning_content")
-RESPONSES_TERMINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 
 
 @dataclass(frozen=True)
@@ -69,219 +76,6 @@ class Check:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Check:
         return cls(**data)
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    name: str | None
-    arguments: str | None  # the arguments string exactly as delivered
-    id: str | None = None
-    type: str | None = None
-
-
-@dataclass
-class Message:
-    """The client-visible result of one response, however it was delivered."""
-
-    reasoning: str | None = None
-    content: str | None = None
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    finish_reason: str | None = None
-    reasoning_keys: set[str] = field(default_factory=set)  # which field names carried reasoning
-
-
-@dataclass
-class StreamReading:
-    """A recorded stream taken apart: the reassembled message plus what the framing looked like."""
-
-    message: Message
-    chunks: list[dict[str, Any]]
-    invalid_lines: list[str]  # problems that make the stream unreadable (invalid SSE)
-    stream_error: Any  # an error object sent inside the stream
-    done: bool
-    lines_after_done: int
-    tool_deltas: dict[int, list[dict[str, Any]]]  # per index, every tool-call delta in order
-    tool_delta_problems: list[str]
-    events: list[dict[str, Any]]  # Responses API: every event object
-    final: Message | None = None  # Responses API: the message of the terminal event's full response
-
-
-# --- reading responses ------------------------------------------------------------------------
-
-
-def _join(pieces: Iterable[str | None]) -> str | None:
-    text = "".join(piece for piece in pieces if piece)
-    return text or None
-
-
-def _message_from_chat_json(message: Mapping[str, Any], finish_reason: str | None) -> Message:
-    keys = {key for key in REASONING_KEYS if message.get(key)}
-    calls = [
-        ToolCall(
-            name=(call.get("function") or {}).get("name"),
-            arguments=(call.get("function") or {}).get("arguments"),
-            id=call.get("id"),
-            type=call.get("type"),
-        )
-        for call in message.get("tool_calls") or []
-    ]
-    return Message(
-        reasoning=_join(message.get(key) for key in REASONING_KEYS),
-        content=message.get("content") or None,
-        tool_calls=calls,
-        finish_reason=finish_reason,
-        reasoning_keys=keys,
-    )
-
-
-def _message_from_responses_json(response: Mapping[str, Any]) -> Message:
-    reasoning, content, calls = [], [], []
-    for item in response.get("output") or []:
-        kind = item.get("type")
-        if kind == "reasoning":
-            reasoning += [part.get("text") for part in item.get("content") or []]
-        elif kind == "message":
-            content += [part.get("text") for part in item.get("content") or [] if part.get("type") == "output_text"]
-        elif kind == "function_call":
-            calls.append(ToolCall(item.get("name"), item.get("arguments"), item.get("call_id"), "function"))
-    # The response status (completed, incomplete, ...) stands in for finish_reason (cases/README.md).
-    status = response.get("status")
-    return Message(_join(reasoning), _join(content), calls, status, {"reasoning"} if _join(reasoning) else set())
-
-
-def response_message(transcript: Transcript) -> Message | None:
-    """The message of a non-streaming response (None if there is none)."""
-    response = transcript.response
-    if not isinstance(response, Mapping):
-        return None
-    if transcript.endpoint == "responses":
-        return _message_from_responses_json(response)
-    choices = response.get("choices") or []
-    if not choices or not isinstance(choices[0], Mapping):
-        return None
-    return _message_from_chat_json(choices[0].get("message") or {}, choices[0].get("finish_reason"))
-
-
-def read_stream(transcript: Transcript) -> StreamReading:
-    """Parse the recorded SSE lines and reassemble the message (choice 0) the way a client would.
-    Verifying, judging and the reports each read a stream: the reading is kept while the transcript
-    lives and its lines stay as they are (treat it as read-only)."""
-    kept = _readings.get(id(transcript))
-    if kept is not None and kept[0]() is transcript and kept[1] == (transcript.endpoint, len(transcript.sse)):
-        return kept[2]
-    reading = _read_stream(transcript)
-    key = id(transcript)
-    _readings[key] = (weakref.ref(transcript, lambda _, key=key: _readings.pop(key, None)),
-                      (transcript.endpoint, len(transcript.sse)), reading)
-    return reading
-
-
-_readings: dict[int, tuple[Any, tuple[str, int], StreamReading]] = {}  # id -> (weak ref, what was read, reading)
-
-
-def _read_stream(transcript: Transcript) -> StreamReading:
-    chunks: list[dict[str, Any]] = []
-    invalid: list[str] = []
-    stream_error = None
-    done = False
-    after_done = 0
-    for number, line in enumerate(transcript.sse, start=1):
-        if done:
-            after_done += 1
-            continue
-        if line.data.strip() == "[DONE]":
-            done = True
-            continue
-        try:
-            payload = json.loads(line.data)
-        except json.JSONDecodeError as exc:
-            invalid.append(f"data line {number} is not JSON ({exc.msg}): {line.data[:80]!r}")
-            continue
-        if not isinstance(payload, dict):
-            invalid.append(f"data line {number} is not a JSON object: {line.data[:80]!r}")
-        elif "error" in payload and transcript.endpoint == "chat":
-            stream_error = payload["error"]
-        elif payload.get("type") == "error":
-            stream_error = payload
-        else:
-            chunks.append(payload)
-    if transcript.endpoint == "responses":
-        return _read_responses_stream(chunks, invalid, stream_error, done, after_done)
-    return _read_chat_stream(chunks, invalid, stream_error, done, after_done)
-
-
-def _read_chat_stream(chunks, invalid, stream_error, done, after_done) -> StreamReading:
-    reasoning: list[str] = []
-    content: list[str] = []
-    keys: set[str] = set()
-    finish_reason = None
-    tool_deltas: dict[int, list[dict[str, Any]]] = {}
-    problems: list[str] = []
-    for number, chunk in enumerate(chunks, start=1):
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            for key in REASONING_KEYS:
-                if delta.get(key):
-                    keys.add(key)
-                    reasoning.append(delta[key])
-            if delta.get("content"):
-                content.append(delta["content"])
-            for tool_delta in delta.get("tool_calls") or []:
-                index = tool_delta.get("index")
-                if not isinstance(index, int):
-                    problems.append(f"chunk {number}: tool-call delta without an integer `index`: {tool_delta}")
-                    continue
-                tool_deltas.setdefault(index, []).append(tool_delta)
-            finish_reason = choice.get("finish_reason") or finish_reason
-    calls = []
-    for index in sorted(tool_deltas):
-        deltas = tool_deltas[index]
-        functions = [d.get("function") or {} for d in deltas]
-        calls.append(
-            ToolCall(
-                name=_join(f.get("name") for f in functions),
-                arguments=_join(f.get("arguments") for f in functions) or "",
-                id=next((d["id"] for d in deltas if d.get("id")), None),
-                type=next((d["type"] for d in deltas if d.get("type")), None),
-            )
-        )
-    message = Message(_join(reasoning), _join(content), calls, finish_reason, keys)
-    return StreamReading(message, chunks, invalid, stream_error, done, after_done, tool_deltas, problems, [])
-
-
-def _read_responses_stream(events, invalid, stream_error, done, after_done) -> StreamReading:
-    """Reassemble a Responses stream from its delta events, as a client consuming deltas would; the
-    terminal event's full response is kept apart (`final`) to check that the two agree."""
-    items: dict[int, Mapping[str, Any]] = {}  # output_index -> the item announced by output_item.added
-    reasoning: list[str] = []
-    content: list[str] = []
-    tool_deltas: dict[int, list[dict[str, Any]]] = {}
-    for event in events:
-        kind, index = event.get("type"), event.get("output_index", 0)
-        if kind == "response.output_item.added":
-            items[index] = event.get("item") or {}
-        elif kind == "response.reasoning_text.delta":
-            reasoning.append(event.get("delta"))
-        elif kind == "response.output_text.delta":
-            content.append(event.get("delta"))
-        elif kind == "response.function_call_arguments.delta":
-            tool_deltas.setdefault(index, []).append(event)
-    calls = [
-        ToolCall(item.get("name"), "".join(e.get("delta") or "" for e in tool_deltas.get(index, [])),
-                 item.get("call_id"), "function")
-        for index, item in sorted(items.items())
-        if item.get("type") == "function_call"
-    ]  # fmt: skip
-    terminal = [e for e in events if e.get("type") in RESPONSES_TERMINAL_EVENTS]
-    final = None
-    if terminal and isinstance(terminal[-1].get("response"), Mapping):
-        final = _message_from_responses_json(terminal[-1]["response"])
-    text = _join(reasoning)
-    finish_reason = final.finish_reason if final else None
-    message = Message(text, _join(content), calls, finish_reason, {"reasoning"} if text else set())
-    return StreamReading(message, events, invalid, stream_error, done, after_done, tool_deltas, [], events, final)
 
 
 def shape_problems(transcript: Transcript) -> list[str]:
@@ -350,77 +144,6 @@ def _brief(value: Any) -> str:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def template_markers(response_template: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """The delimiters of a response_template: literal open/close strings, plus the literal text of
-    open_pattern/close_pattern regexes that are a literal behind optional whitespace (e.g.
-    `\\s*<tool_call>`); the Qwen3/Hermes defaults when the template is unknown."""
-    if not isinstance(response_template, Mapping):
-        return DEFAULT_MARKERS
-    markers: list[str] = []
-    for spec in (response_template.get("fields") or {}).values():
-        if not isinstance(spec, Mapping):
-            continue
-        for key in ("open", "close", "open_pattern", "close_pattern"):
-            values = spec.get(key)
-            for value in [values] if isinstance(values, str) else values or []:
-                literal = _pattern_literal(value) if key.endswith("_pattern") else value
-                if isinstance(literal, str) and literal.strip() and literal not in markers:
-                    markers.append(literal)
-    return tuple(markers) or DEFAULT_MARKERS
-
-
-_REGEX_METACHARACTERS = set("()[]{}|?*+^$.")
-
-
-def _pattern_literal(pattern: Any) -> str | None:
-    """The literal a regex matches once optional leading/trailing whitespace is set aside, or None."""
-    if not isinstance(pattern, str):
-        return None
-    for affix in ("\\s*", "\\s+", "\\n*", "\\n+"):
-        pattern = pattern.removeprefix(affix).removesuffix(affix)
-    literal, escaped = [], False
-    for char in pattern:
-        if escaped:
-            if char.isalnum():  # \d, \w, \s ...: a character class, not a literal
-                return None
-            literal.append(char)
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char in _REGEX_METACHARACTERS:
-            return None
-        else:
-            literal.append(char)
-    return "".join(literal) if not escaped else None
-
-
-def _empty(text: str | None) -> str | None:
-    return text or None
-
-
-def _json_or_raw(arguments: str | None) -> Any:
-    try:
-        return {"json": json.loads(arguments)} if arguments is not None else None
-    except (json.JSONDecodeError, TypeError):
-        return {"raw": arguments}
-
-
-def message_view(message: Message, fields: Sequence[str] = VIEW_FIELDS) -> dict[str, Any]:
-    """A comparable, JSON-friendly view: empty texts as null, arguments as JSON values when they parse."""
-    view: dict[str, Any] = {}
-    if "reasoning" in fields:
-        view["reasoning"] = _empty(message.reasoning)
-    if "content" in fields:
-        view["content"] = _empty(message.content)
-    if "tool_calls" in fields:
-        view["tool_calls"] = [
-            {"name": call.name, "arguments": _json_or_raw(call.arguments)} for call in message.tool_calls
-        ]
-    if "finish_reason" in fields:
-        view["finish_reason"] = message.finish_reason
-    return view
-
-
 def expected_view(case: Any, profile: str, mode: str) -> dict[str, Any] | None:
     """The expected message + finish_reason for this profile and mode (stream overrides applied),
     in the shape of `message_view`; None when the profile expects an error or has no expectation."""
@@ -430,8 +153,8 @@ def expected_view(case: Any, profile: str, mode: str) -> dict[str, Any] | None:
     expectation = expectation.for_mode(mode)
     message = expectation.message
     return {
-        "reasoning": _empty(message.reasoning) if message else None,
-        "content": _empty(message.content) if message else None,
+        "reasoning": empty_text(message.reasoning) if message else None,
+        "content": empty_text(message.content) if message else None,
         "tool_calls": [_expected_call_view(call) for call in (message.tool_calls if message else ())],
         "finish_reason": expectation.finish_reason,
     }
@@ -467,31 +190,17 @@ def check_transport(transcript: Transcript, reading: StreamReading | None, expec
         return Check("transport", ERROR, reason="no HTTP response recorded")
     status = transcript.status
     if status >= 500 or (status >= 400 and status != expected_status and status not in CONTRACT_REFUSAL_STATUSES):
-        return Check("transport", ERROR, reason=f"HTTP {status}: {_error_text(transcript.error_body)}")
+        return Check("transport", ERROR, reason=f"HTTP {status}: {error_text(transcript.error_body)}")
     if reading is not None:
         if reading.invalid_lines:
             return Check("transport", ERROR, reason="invalid SSE: " + "; ".join(reading.invalid_lines[:3]))
         if reading.stream_error is not None:
-            return Check("transport", ERROR, reason=f"error inside the stream: {_error_text(reading.stream_error)}")
+            return Check("transport", ERROR, reason=f"error inside the stream: {error_text(reading.stream_error)}")
     elif transcript.status < 400 and response_message(transcript) is None:
         if problems := shape_problems(transcript):  # an answer, of the wrong shape: the server's fault
             return shape_failure(problems)
         return Check("transport", ERROR, reason="the response has no choices[0].message / output")
     return Check("transport", PASS)
-
-
-def error_object(body: Any) -> Mapping[str, Any]:
-    if isinstance(body, Mapping):
-        inner = body.get("error")
-        if isinstance(inner, str):  # vLLM's 401: {"error": "Unauthorized"}
-            return {"message": inner}
-        return inner if isinstance(inner, Mapping) else body
-    return {"message": body}
-
-
-def _error_text(body: Any) -> str:
-    error = error_object(body)
-    return str(error.get("message") or error.get("detail") or body)[:300]
 
 
 def check_stream_framing(reading: StreamReading, endpoint: str) -> Check:
@@ -687,13 +396,13 @@ def replay_with_openai_client(reading: StreamReading, tools: Sequence[Any]) -> M
     """The message openai-python's own accumulator (the helper behind `client.chat.completions.stream()`)
     rebuilds from the recorded chunks (`conformance.replay.replay_chat`)."""
     message, finish_reason = replay_chat(reading.chunks, tools)
-    return _message_from_chat_json(message, finish_reason)
+    return message_from_chat_json(message, finish_reason)
 
 
 def replay_responses_with_openai_client(reading: StreamReading, tools: Sequence[Any]) -> Message:
     """The message of the final response openai-python's own accumulator (the state behind
     `client.responses.stream()`) rebuilds from the recorded events (`conformance.replay.replay_responses`)."""
-    return _message_from_responses_json(replay_responses(reading.events, tools))
+    return message_from_responses_json(replay_responses(reading.events, tools))
 
 
 def finding_client_replay(transcript: Transcript, reading: StreamReading) -> Check:
@@ -779,7 +488,7 @@ def judge(
         return judge_preflight(case, transcript)
     if _no_responses_api(transcript):
         return [Check("responses_api", SKIP, reason=f"the server has no Responses API: HTTP {transcript.status}: "
-                      f"{_error_text(transcript.error_body)}", skip_kind="no_responses_api")]
+                      f"{error_text(transcript.error_body)}", skip_kind="no_responses_api")]
     streaming = transcript.mode == "stream"
     reading = read_stream(transcript) if streaming else None
     expected_error = expectation.error if expectation is not None else None
@@ -795,7 +504,7 @@ def judge(
     if expected_error is not None:
         checks.append(check_expected_error(transcript, expected_error))
     if refused:
-        reason = f"refused with HTTP {transcript.status}: {_error_text(transcript.error_body)}"
+        reason = f"refused with HTTP {transcript.status}: {error_text(transcript.error_body)}"
         if not natural and expectation is None:
             checks.append(Check("expectation", SKIP, EXPECTATION, skip_kind="no_expectation",
                                 reason=f"{_no_expectation(transcript.profile)}; {reason}"))

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from conformance.checks import CONTRACT, EXPECTATION, FAIL, PASS, REASONING_KEYS, Check, Message, StreamReading
+from conformance.checks import EXPECTATION, FAIL, PASS, Check
+from conformance.wire import REASONING_KEYS, Message, StreamReading
 from conformance.transcript import Transcript
 
 _PAYLOAD_KEYS = ("content", *REASONING_KEYS, "tool_calls")

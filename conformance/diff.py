@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from conformance.checks import Message, StreamReading, error_object, message_view, read_stream, response_message
+from conformance.wire import error_object, Message, message_view, read_stream, response_message, StreamReading
 from conformance.results import CaseResult
 from conformance.transcript import Transcript
 

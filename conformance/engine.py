@@ -18,15 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance.cases import MODES
-from conformance.checks import (
-    DEFAULT_MARKERS,
-    Check,
-    SkipKind,
-    judge,
-    shape_failure,
-    shape_problems,
-    template_markers,
-)
+from conformance.checks import Check, judge, shape_failure, shape_problems, SkipKind
+from conformance.markers import DEFAULT_MARKERS, template_markers
 from conformance.driver import (
     DEFAULT_CONCURRENCY,
     Target,
@@ -208,7 +201,7 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript
     checking through the server's `tokenizer` (a `ServerTokenizer`, one per run) that each of `markers`
     in the text was emitted as its single token; None when it cannot be verified (no token ids, no
     tokenizer endpoints, an unreachable server, answers of another shape)."""
-    from conformance.checks import read_stream, response_message
+    from conformance.wire import read_stream, response_message
     from conformance.forcing import (
         ForcingUnsupported,
         ServerRefused,

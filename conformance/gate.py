@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import exit_codes
-from conformance.checks import error_object, message_view, read_stream, response_message
+from conformance.wire import error_object, message_view, read_stream, response_message
 from conformance.diff import Difference, Pair, diff_pair, pair_runs, stream_shape
 from conformance.expectations import Acknowledgement, acknowledge
 from conformance.results import CaseResult, summarize

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from conformance.checks import REASONING_KEYS
+from conformance.wire import REASONING_KEYS
 from conformance.transcript import Transcript
 
 Metric = Literal["first_byte", "first_reasoning", "first_content", "first_tool_name", "tool_call_complete"]

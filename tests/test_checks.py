@@ -6,18 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from conformance.checks import (
-    DEFAULT_MARKERS,
-    check_stream_framing,
-    finding_client_replay,
-    observed_tool_call_streaming,
-    FINDING,
-    SCHEMA,
-    judge,
-    read_stream,
-    response_message,
-    template_markers,
-)
+from conformance.checks import FINDING, SCHEMA, check_stream_framing, finding_client_replay, judge, observed_tool_call_streaming
+from conformance.markers import DEFAULT_MARKERS, template_markers
+from conformance.wire import read_stream, response_message
 from conformance.results import make_result
 from conformance.transcript import Transcript
 from tests.engine_helpers import STAMP, error_transcript, load_cases, response_transcript, stream_transcript

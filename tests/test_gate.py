@@ -15,7 +15,7 @@ from conformance.expectations import ExpectationsError, load_expectations
 from conformance.gate import Recording, build_gate
 from conformance.results import CaseResult
 from conformance.timing import distribution, stream_timings
-from tests.engine_helpers import STAMP, error_transcript, response_transcript, stream_transcript
+from tests.engine_helpers import error_transcript, response_transcript, stream_transcript
 from tests.fake_server import ALLOWED_ORIGIN, REASONING, fake_server
 
 REFUSAL = {"error": {"message": "response_template parsing cannot guarantee required tool choice",

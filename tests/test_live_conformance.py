@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conformance.cases import load_suite
-from conformance.checks import read_stream, response_message
+from conformance.wire import read_stream, response_message
 from conformance.engine import markers_for_checkpoint
 from conformance.driver import Target
 from conformance.engine import run

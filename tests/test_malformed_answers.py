@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.checks import DEFAULT_MARKERS, shape_problems
+from conformance.checks import shape_problems
+from conformance.markers import DEFAULT_MARKERS
 from conformance.engine import judge_group, write_reports
 from conformance.report.stamp import make_stamp
 from conformance.transcript import Transcript

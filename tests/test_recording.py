@@ -4,7 +4,7 @@ schemas for both files, readers that validate what they load and refuse another 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import pytest
 

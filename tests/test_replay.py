@@ -23,7 +23,7 @@ from openai.types.responses import ResponseStreamEvent
 from pydantic import BaseModel
 
 from conformance import checks, replay
-from conformance.checks import read_stream
+from conformance.wire import read_stream
 from conformance.replay import TEXT_FIELDS, replay_chat, sdk_object
 from tests.answer_strategies import chunk, event, sometimes, text, tool_call, usage
 from tests.engine_helpers import stream_transcript

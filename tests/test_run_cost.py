@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import checks, engine, recording
+from conformance import engine, recording, wire
 from conformance.driver import Target
 from conformance.transcript import SseLine
 from tests.engine_helpers import load_cases, stream_transcript
@@ -38,8 +38,8 @@ def test_a_run_never_formats_its_output(tmp_path: Path, monkeypatch: pytest.Monk
 def test_each_stream_is_parsed_once_for_verifying_judging_and_the_reports(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     parsed = []
-    parse = checks._read_stream
-    monkeypatch.setattr(checks, "_read_stream", lambda transcript: parsed.append(transcript) or parse(transcript))
+    parse = wire._read_stream
+    monkeypatch.setattr(wire, "_read_stream", lambda transcript: parsed.append(transcript) or parse(transcript))
     forced = CASES_YAML.replace("  expect:", '  force: "x"\n  expect:')  # so that the answers are verified too
     with fake_server() as server:
         cases = list(load_cases(tmp_path / "cases", forced).values())
@@ -51,10 +51,10 @@ def test_each_stream_is_parsed_once_for_verifying_judging_and_the_reports(tmp_pa
 
 def test_a_stream_whose_lines_changed_is_read_again() -> None:
     transcript = stream_transcript([{"choices": [{"index": 0, "delta": {"content": "a"}}]}], done=False)
-    assert checks.read_stream(transcript) is checks.read_stream(transcript)
-    assert checks.read_stream(transcript).message.content == "a" and not checks.read_stream(transcript).done
+    assert wire.read_stream(transcript) is wire.read_stream(transcript)
+    assert wire.read_stream(transcript).message.content == "a" and not wire.read_stream(transcript).done
     transcript.sse.append(SseLine("[DONE]", 1.0))
-    assert checks.read_stream(transcript).done
+    assert wire.read_stream(transcript).done
 
 
 def test_a_run_digests_its_cases_once_for_both_headers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from conformance.checks import Message, read_stream, response_message
+from conformance.wire import Message, read_stream, response_message
 from conformance.profiles import profile_record
 from conformance.report.stamp import stamp_lines
 from conformance.results import (
