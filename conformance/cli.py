@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import signal
 import sys
+import threading
 
 from conformance import __version__, commands, exit_codes
 
@@ -30,6 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Ctrl-C stops every verb cleanly (reports written, servers stopped): take SIGINT even when the
+    # process was started with it ignored, as a non-interactive shell starts a background job.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -49,9 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from conformance.server import ServerStartError, launch
 
-    # Ctrl-C and SIGTERM both unwind through `launch`, which stops the server's process tree (set
-    # SIGINT explicitly: a shell starting us in the background would have it ignored).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Ctrl-C (taken by cli.main) and SIGTERM both unwind through `launch`, which stops the server's tree.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     from conformance.profiles import PROFILES
 
