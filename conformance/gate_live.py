@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,15 +46,27 @@ class SideRun:
 
 @contextlib.contextmanager
 def targets_for(sides: Sequence[GateSide], checkpoint: Path | str | None, out_dir: Path, *, api_key: str, timeout: float,
-                forcing: dict[str, Any], checkpoint_revision: str | None) -> Iterator[list[SideRun]]:
-    """A Target per side; launched servers all start at once and are stopped on leaving."""
+                forcing: dict[str, Any], checkpoint_revision: str | None, meanwhile: Callable[[], None] | None = None
+                ) -> Iterator[tuple[list[SideRun], Callable[[], None]]]:
+    """(a Target per side, `release`); launched servers all start at once. `release()` starts stopping
+    them all in the background (the caller writes its reports meanwhile); leaving waits until every
+    one is stopped, released or not. `meanwhile` runs while the servers boot (say, imports for later)."""
     from conformance.server import ServerStartError, start
 
     launched = {side.name: start(side.profile, checkpoint, log_dir=out_dir / side.name)
                 for side in sides if side.base_url is None}  # fmt: skip
+    stopper = ThreadPoolExecutor(max(1, len(launched)))  # all at once: each waits for its engine to shut down
+    stops: list[Any] = []
+
+    def release() -> None:
+        if not stops:
+            stops.extend(stopper.submit(process.stop) for process in launched.values())
+
     try:
         with ThreadPoolExecutor(max(1, len(launched))) as pool:
             waits = {name: pool.submit(process.wait_until_healthy) for name, process in launched.items()}
+            if meanwhile is not None and launched:
+                meanwhile()
             servers = {}
             for name, wait in waits.items():
                 try:
@@ -76,10 +88,12 @@ def targets_for(sides: Sequence[GateSide], checkpoint: Path | str | None, out_di
             local = server is not None and checkpoint is not None and Path(checkpoint).is_dir()  # else a Hub repo id
             runs.append(SideRun(side, target, markers_for_checkpoint(Path(checkpoint) if local else None),
                                 round(server.startup_seconds, 1) if server else None))
-        yield runs
+        yield runs, release
     finally:
-        for process in launched.values():
-            process.stop()
+        release()
+        for stopping in stops:
+            stopping.result()
+        stopper.shutdown()
 
 
 class GateSetupError(Exception):
@@ -102,16 +116,20 @@ async def _run_both(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Pat
 
 def run_gate_sides(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Path, *, concurrency: int,
                    origin: str) -> tuple[list[Recording], dict[str, Any]]:
-    """Run the cases on every side at once, write each side's run reports; (recordings, CORS section)."""
+    """Run the cases on every side at once; (recordings, CORS section)."""
     cors = asyncio.run(_run_both(runs, cases, out_dir, concurrency, origin))
     recordings = []
     for run in runs:
         assert run.output is not None
-        side_dir = out_dir / run.side.name
-        write_reports(side_dir, run.output.results, run.output.stamp, run.output.transcripts)
         recordings.append(Recording(run.side.profile, run.output.transcripts, run.output.results, run.output.stamp,
                                     run.side.name, run.startup_seconds))
     return recordings, cors
+
+
+def write_side_reports(out_dir: Path, recordings: Sequence[Recording]) -> None:
+    """Each side's own run reports (report.md, junit.xml, report.html, run.json) in its directory."""
+    for recording in recordings:
+        write_reports(out_dir / str(recording.run_dir), recording.results, recording.stamp, recording.transcripts)
 
 
 def preflight_case(origin: str) -> Case:

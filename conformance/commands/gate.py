@@ -142,6 +142,11 @@ def _finish(gate: dict[str, Any], out_dir: Path) -> int:
     return exit_code_of(gate)
 
 
+def _import_reports() -> None:
+    """The report modules (matplotlib among them, ~0.5 s) imported while vLLM boots, not after the run."""
+    import conformance.report.gate  # noqa: F401
+
+
 def _write_gate_reports(out_dir: Path, gate: dict[str, Any]) -> dict[str, Path]:
     from conformance.report.gate import write_gate_reports
 
@@ -184,7 +189,14 @@ def run_gate(args: argparse.Namespace) -> int:
     from conformance.engine import select_cases
     from conformance.expectations import ExpectationsError
     from conformance.gate import build_gate
-    from conformance.gate_live import DEFAULT_ORIGIN, GateSetupError, GateSide, run_gate_sides, targets_for
+    from conformance.gate_live import (
+        DEFAULT_ORIGIN,
+        GateSetupError,
+        GateSide,
+        run_gate_sides,
+        targets_for,
+        write_side_reports,
+    )
     from conformance.profiles import launchable_profiles
 
     sides = []
@@ -221,12 +233,15 @@ def run_gate(args: argparse.Namespace) -> int:
     print(f"gate: {sides[0].profile} -> {sides[1].profile}, {len(cases)} cases; writing to {out_dir}", file=sys.stderr)
     try:
         with targets_for(sides, checkpoint, out_dir, api_key=args.api_key, timeout=args.timeout,
-                         forcing=forcing_fields(args.forcing), checkpoint_revision=revision) as runs:
+                         forcing=forcing_fields(args.forcing), checkpoint_revision=revision,
+                         meanwhile=_import_reports) as (runs, release):
             recordings, cors = run_gate_sides(runs, cases, out_dir, concurrency=args.concurrency,
                                               origin=args.origin or DEFAULT_ORIGIN)
+            release()  # the servers shut down while the reports are written
+            write_side_reports(out_dir, recordings)
+            return _finish(build_gate(*recordings, entries, strict=args.strict, cors=cors), out_dir)
     except GateSetupError as exc:
         return _error("gate", str(exc))
-    return _finish(build_gate(*recordings, entries, strict=args.strict, cors=cors), out_dir)
 
 
 def _checkpoint(args: argparse.Namespace, out_dir: Path, sides: list[Any]) -> tuple[Path | str | None, str | None]:
