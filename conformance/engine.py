@@ -431,9 +431,10 @@ def write_reports(out_dir: Path, results: Sequence[CaseResult], stamp: dict[str,
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {kind: out_dir / name for kind, name in REPORT_FILES.items()}
-    paths["markdown"].write_text(markdown.render(results, stamp), "utf-8")
-    paths["junit"].write_text(junit.render(results, stamp, transcripts), "utf-8")
-    paths["html"].write_text(html.render(results, stamp, transcripts), "utf-8")
+    # backslashreplace: a lone surrogate a server sent is shown as its escape, not a crash of the writer
+    paths["markdown"].write_text(markdown.render(results, stamp), "utf-8", "backslashreplace")
+    paths["junit"].write_text(junit.render(results, stamp, transcripts), "utf-8", "backslashreplace")
+    paths["html"].write_text(html.render(results, stamp, transcripts), "utf-8", "backslashreplace")
     paths["run"] = out_dir / RUN_FILE
     write_run_summary(paths["run"], stamp, summarize(results))
     return paths

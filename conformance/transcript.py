@@ -99,7 +99,12 @@ class JsonLinesWriter:
         self._file: IO[str] = path.open("w", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        try:
+            line = json.dumps(record, ensure_ascii=False) + "\n"
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate a server sent (JSON allows "\ud800"): kept as its escape
+            line = json.dumps(record) + "\n"
+        self._file.write(line)
         self._file.flush()
 
     def close(self) -> None:

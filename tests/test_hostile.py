@@ -654,3 +654,34 @@ def test_the_bounded_reader_reads_ordinary_yaml_as_pyyaml_does(document) -> None
     from conformance import safe_yaml
 
     assert safe_yaml.parse(document)[1] == yaml.safe_load(document)
+
+
+def test_a_lone_surrogate_in_an_answer_is_recorded_and_reported_not_a_crash(tmp_path) -> None:
+    """JSON may carry "\\ud800", which is no UTF-8 text: the recording keeps it as its escape (read back
+    exactly), and the reports show it escaped instead of failing to be written."""
+    from conformance.engine import recheck, write_reports
+    from conformance.report.stamp import stamp_of_recording
+    from conformance.transcript import JsonLinesWriter, read_transcripts
+    from tests.engine_helpers import load_cases, response_transcript
+
+    cases = load_cases(tmp_path / "cases", """
+- id: c
+  description: The answer's content holds a lone surrogate, which JSON allows and UTF-8 does not.
+  features: [content]
+  request:
+    messages: [{role: user, content: hi}]
+  expect:
+    hf:
+      message: {content: "x"}
+      finish_reason: stop
+""")
+    transcript = response_transcript({"content": "x\ud800"}, "stop", request={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "stream": False})
+    transcript.forced = False  # the case forces nothing
+    with JsonLinesWriter(tmp_path / "out" / "transcripts.jsonl") as writer:
+        writer.write(transcript.to_dict())
+    [again] = read_transcripts(tmp_path / "out" / "transcripts.jsonl")
+    assert again.response["choices"][0]["message"]["content"] == "x\ud800"
+    results = recheck([again], list(cases.values()))
+    paths = write_reports(tmp_path / "out", results, stamp_of_recording([again]), [again])
+    assert results[0].outcome == "fail" and "expected_message" in results[0].reason  # judged: "x\ud800" is not "x"
+    assert "\\ud800" in paths["html"].read_text("utf-8") and "\\ud800" in paths["markdown"].read_text("utf-8")
