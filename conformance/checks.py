@@ -33,6 +33,7 @@ from conformance.wire import (
     VIEW_FIELDS,
     Message,
     StreamReading,
+    brief_json,
     empty_text,
     error_object,
     error_text,
@@ -99,9 +100,9 @@ def shape_problems(transcript: Transcript) -> list[str]:
         for error in _innermost(validator.iter_errors(payload)):
             at = format_path(list(error.absolute_path))
             if error.validator == "type":
-                what = f"{_brief(error.instance)} is not of type {' or '.join(_list_of(error.validator_value))}"
+                what = f"{brief_json(error.instance, 60)} is not of type {' or '.join(_list_of(error.validator_value))}"
             else:
-                what = f"{_brief(error.instance)} is not an output item object or null"  # the one anyOf
+                what = f"{brief_json(error.instance, 60)} is not an output item object or null"  # the one anyOf
             problems.append(f"{where}: {at or 'the object'}: {what}")
     return problems
 
@@ -134,11 +135,6 @@ def _shape_validator(definition: str) -> Any:
 
 def _list_of(value: Any) -> list[str]:
     return value if isinstance(value, list) else [str(value)]
-
-
-def _brief(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 # --- helpers ------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from conformance.wire import error_object, Message, message_view, read_stream, response_message, StreamReading
+from conformance.wire import Message, StreamReading, brief_json, error_object, message_view, read_stream, response_message
 from conformance.results import CaseResult
 from conformance.transcript import Transcript
 
@@ -214,7 +214,7 @@ def _message_differences(base: Message, cand: Message, make: Any) -> list[Differ
     for name in ("reasoning", "content"):
         if base_view[name] != cand_view[name]:
             found.append(make("message", name, base_view[name], cand_view[name],
-                              f"{name}: {_brief(base_view[name])} under the baseline, {_brief(cand_view[name])} "
+                              f"{name}: {brief_json(base_view[name])} under the baseline, {brief_json(cand_view[name])} "
                               "under the candidate"))
     base_calls, cand_calls = base_view["tool_calls"], cand_view["tool_calls"]
     if len(base_calls) != len(cand_calls):
@@ -224,8 +224,8 @@ def _message_differences(base: Message, cand: Message, make: Any) -> list[Differ
         for part in ("name", "arguments"):
             if one[part] != other[part]:
                 found.append(make("message", f"tool_calls[{index}].{part}", one[part], other[part],
-                                  f"tool call {index} {part}: {_brief(_plain(one[part]))} under the baseline, "
-                                  f"{_brief(_plain(other[part]))} under the candidate"))
+                                  f"tool call {index} {part}: {brief_json(_plain(one[part]))} under the baseline, "
+                                  f"{brief_json(_plain(other[part]))} under the candidate"))
     if base.reasoning and cand.reasoning and base.reasoning_keys != cand.reasoning_keys:
         found.append(make("reasoning_field", "reasoning_field", sorted(base.reasoning_keys), sorted(cand.reasoning_keys),
                           f"reasoning arrives in {'/'.join(sorted(base.reasoning_keys))} under the baseline, "
@@ -320,6 +320,3 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _brief(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

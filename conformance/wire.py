@@ -274,3 +274,9 @@ def error_text(body: Any) -> str:
     """The message of an error body, as one short line."""
     error = error_object(body)
     return str(error.get("message") or error.get("detail") or body)[:300]
+
+
+def brief_json(value: Any, limit: int = 80) -> str:
+    """`value` as JSON, cut to `limit` characters (with "...") for a one-line message."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

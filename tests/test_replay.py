@@ -10,7 +10,6 @@ SDK's accumulator fed every chunk, each built by `construct_type`.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pytest
