@@ -21,6 +21,12 @@ def _cell(row: Mapping[str, Any], index: int, labels: list[str]) -> str:
     return "<br>".join(lines)
 
 
+def _case(row: Mapping[str, Any]) -> str:
+    """The case id, and its contract references when the case files give them."""
+    references = ", ".join(str(r) for r in row.get("references") or [])
+    return code(str(row["case_id"]), True) + (f"<br>{text(references)}" if references else "")
+
+
 def render(matrix: Mapping[str, Any]) -> str:
     labels = view.labels(matrix)
     rows = matrix.get("rows") or []
@@ -40,7 +46,7 @@ def render(matrix: Mapping[str, Any]) -> str:
     ]
     for feature, feature_rows in rows_by_feature(matrix).items():
         lines += ["", f"## {text(feature)}", "", header, rule]
-        lines += ["| " + " | ".join([code(str(row["case_id"]), True), text(str(row["mode"])),
+        lines += ["| " + " | ".join([_case(row), text(str(row["mode"])),
                                      *(_cell(row, i, labels) for i in range(len(labels)))]) + " |"
                   for row in feature_rows]
     lines += ["", "---", f"_Made by hf-parser-conformance {text(str(matrix.get('suite_version') or '?'))} from "
