@@ -49,9 +49,49 @@ def test_the_gate_from_the_python_to_the_rust_frontend_finds_their_real_differen
     report = (out / "report.md").read_text()
     assert "cannot call `hf-rust` directly" in report and "vLLM 0.32's Rust frontend refuses" in report
 
+    # The contract matrix of the gate's two recordings shows the same preflight difference, with no server.
+    assert main(["contract", str(out), "--out", str(tmp_path / "matrix")]) == 0
+    matrix = (tmp_path / "matrix" / "contract.md").read_text()
+    row = next(line for line in matrix.splitlines() if line.startswith("| `cors-preflight-chat-from-browser-origin`"))
+    base, cand = row.split(" | ")[2:4]
+    assert base.startswith("`HTTP 400, access-control-allow-origin: absent`")
+    assert cand.startswith("**≠** `HTTP 200, access-control-allow-origin: absent`") and "preflight.status" in cand
+
     if isinstance(profile_record("hf-rust").forcing, NoForcing):
         reason = profile_record("hf-rust").forcing.reason
         for case in (c for c in cases if c.force is not None):
             for mode in case.modes:
                 outcome = found[(case.id, mode, "outcome", None)]
                 assert (outcome["baseline"], outcome["candidate"]) == ("pass", "skip") and reason in outcome["summary"]
+
+
+@pytest.mark.vllm
+def test_the_cors_advice_of_both_vllm_frontends_lets_the_browser_origin_in(tiny_checkpoint, tmp_path):
+    """What the hf and hf-rust records advise (`--allowed-origins '[ORIGIN]'`, a flag of the server itself)
+    makes each real server answer the origin's preflight with 200 and that Access-Control-Allow-Origin."""
+    import asyncio
+    import dataclasses
+
+    from conformance.driver import Target
+    from conformance.gate_live import send_preflight
+    from conformance.profiles import cors_advice_for
+    from conformance.server import start
+
+    origin = "http://localhost:3000"
+    flag = ("--allowed-origins", json.dumps([origin]))
+    processes = []
+    try:
+        for name in ("hf", "hf-rust"):
+            assert f"`{flag[0]} '{flag[1]}'`" in cors_advice_for(name, origin)
+            record = profile_record(name)
+            advised = dataclasses.replace(record, launch=dataclasses.replace(record.launch,
+                                                                             flags=(*record.launch.flags, *flag)))
+            processes.append(start(advised, tiny_checkpoint, log_dir=tmp_path))
+        servers = [process.wait_until_healthy() for process in processes]
+        for server in servers:
+            target = Target(base_url=server.base_url, model=server.model, profile=server.profile.name)
+            answer = asyncio.run(send_preflight(target, origin))
+            assert (answer["status"], answer["headers"]["access-control-allow-origin"]) == (200, origin), server.profile.name
+    finally:
+        for process in processes:
+            process.stop()
