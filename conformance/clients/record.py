@@ -48,6 +48,23 @@ class ClientFinding:
         return dict(self.__dict__)
 
 
+@dataclass
+class IdiomFinding:
+    """What one client idiom sent for a case and what it handed its caller, given the case's recorded answer."""
+
+    case_id: str
+    profile: str
+    idiom: str
+    client: ClientName
+    surfaced: str
+    raised: bool
+    status: int | None = None
+    sent: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"record": "idiom", **self.__dict__}
+
+
 def make_header(*, transcripts: Path, run_header: Mapping[str, Any] | None, profile: str | None,
                 server: Mapping[str, Any] | None, clients: Mapping[str, Mapping[str, str | None]],
                 created_at: str) -> dict[str, Any]:
@@ -59,7 +76,7 @@ def make_header(*, transcripts: Path, run_header: Mapping[str, Any] | None, prof
             "server": dict(server) if server is not None else None, "clients": {k: dict(v) for k, v in clients.items()}}
 
 
-def write_findings(path: Path, header: Mapping[str, Any], findings: Iterable[ClientFinding]) -> None:
+def write_findings(path: Path, header: Mapping[str, Any], findings: Iterable[ClientFinding | IdiomFinding]) -> None:
     with JsonLinesWriter(path) as writer:
         writer.write(dict(header))
         for finding in findings:
@@ -68,11 +85,18 @@ def write_findings(path: Path, header: Mapping[str, Any], findings: Iterable[Cli
 
 def read_findings(path: Path) -> tuple[dict[str, Any], list[ClientFinding]]:
     """(header, findings) of a clients.jsonl; RecordingError names the file and line of a bad record."""
+    header, findings, _ = read_recording(path)
+    return header, findings
+
+
+def read_recording(path: Path) -> tuple[dict[str, Any], list[ClientFinding], list[IdiomFinding]]:
+    """(header, findings, idiom findings) of a clients.jsonl, every line validated."""
     header: dict[str, Any] | None = None
-    findings = []
+    findings: list[ClientFinding] = []
+    idioms: list[IdiomFinding] = []
     for number, record in iter_json_lines(path):
         if record.get("record") == "header":
-            if header is not None or findings:
+            if header is not None or findings or idioms:
                 raise RecordingError(f"{path}:{number}: a header record after the first line")
             if record.get("format") != CLIENTS_FORMAT:
                 raise RecordingError(f"{path}:{number}: recorded in format {record.get('format')!r}; "
@@ -80,11 +104,15 @@ def read_findings(path: Path) -> tuple[dict[str, Any], list[ClientFinding]]:
             _check(path, number, "header", record)
             header = record
             continue
+        if record.get("record") == "idiom":
+            _check(path, number, "idiom", record)
+            idioms.append(IdiomFinding(**{k: v for k, v in record.items() if k != "record"}))
+            continue
         _check(path, number, "finding", record)
         findings.append(ClientFinding(**record))
     if header is None:
         raise RecordingError(f"{path}: no header line (not a clients.jsonl of this suite)")
-    return header, findings
+    return header, findings, idioms
 
 
 def _check(path: Path, number: int, definition: str, record: dict[str, Any]) -> None:

@@ -11,7 +11,8 @@ from typing import Any
 from conformance.clients import node_ai_sdk, py_langchain, py_litellm, py_openai
 from conformance.clients.compare import differences, message_outcome, refusal_outcome, view
 from conformance.clients.jobs import APIS, CLIENT_OF, ClientName, Job, Rebuilt
-from conformance.clients.record import ClientFinding
+from conformance.clients.idioms import IDIOMS, run_idioms
+from conformance.clients.record import ClientFinding, IdiomFinding
 from conformance.clients.replay_server import answer_of, running
 from conformance.transcript import Transcript
 from conformance.wire import read_stream, response_message
@@ -128,3 +129,18 @@ def _finding(transcript: Transcript, api: Any, outcome: Any, **fields: Any) -> C
     return ClientFinding(case_id=transcript.case_id, mode=transcript.mode, profile=transcript.profile,
                          repeat=transcript.repeat, client=CLIENT_OF[api], api=api, outcome=outcome,
                          status=transcript.status, **fields)
+
+
+def replay_idioms(transcripts: Sequence[Transcript], clients: Sequence[ClientName],
+                  versions: dict[str, dict[str, str | None]]) -> list[IdiomFinding]:
+    """Each idiom of an available client whose case was answered (non-streaming), fed that answer."""
+    recorded = {t.case_id: t for t in transcripts if t.mode == "non-stream" and t.endpoint == "chat" and answer_of(t)}
+    idioms = [idiom for idiom in IDIOMS if idiom.case_id in recorded and idiom.client in clients
+              and not versions[idiom.client]["unavailable"]]
+    if not idioms:
+        return []
+    with running() as server:
+        runs = run_idioms(server, {case: t.request for case, t in recorded.items()},
+                          {case: answer_of(t) for case, t in recorded.items()}, idioms)  # type: ignore[misc]
+    return [IdiomFinding(run.idiom.case_id, recorded[run.idiom.case_id].profile, run.idiom.name, run.idiom.client,
+                         run.surfaced, run.raised, recorded[run.idiom.case_id].status, run.sent) for run in runs]

@@ -18,8 +18,13 @@ with and without stream, the chat.completions.stream() helper), LangChain ChatOp
 added up), LiteLLM (completion with and without stream, stream_chunk_builder) and the Vercel AI SDK
 (generateText, streamText; Node, the pinned project in clients/node). No server is needed.
 
+The client idioms for tools (LangChain bind_tools / with_structured_output, openai-python
+pydantic_function_tool / parallel_tool_calls=False, LiteLLM's and the AI SDK's tool choices) are fed
+the recorded answer of their case (cases/client_idioms.yaml): what each hands its caller is kept too.
+
 Writes clients.jsonl next to each transcripts.jsonl (or under --out) and clients.md (the matrix of
-client calls x profiles and every case where a client loses, changes or rejects something).
+client calls x profiles, every case where a client loses, changes or rejects something, and what
+each idiom's caller gets).
 Exit 0 when every client call ran; 2 when a client could not run (not installed), nothing was
 replayed, or the recording cannot be read. Findings never fail the command: they are what it reports.
 
@@ -56,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from conformance.clients.record import CLIENTS_FILE, make_header, write_findings
-    from conformance.clients.replay_run import CLIENTS, client_versions, replay
+    from conformance.clients.replay_run import CLIENTS, client_versions, replay, replay_idioms
     from conformance.recording import read_header
     from conformance.report import clients_markdown
     from conformance.transcript import TranscriptError, read_transcripts
@@ -69,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     clients = tuple(args.client or CLIENTS)
     versions = client_versions(clients)
     unavailable = {c: v["unavailable"] for c, v in versions.items() if v["unavailable"]}
-    headers, findings = [], []
+    headers, findings, idioms = [], [], []
     out_root = args.out or (args.run_dir if args.run_dir.is_dir() else args.run_dir.parent)
     for side, path in found:
         try:
@@ -80,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
             return exit_codes.ERROR
         started = time.monotonic()
         side_findings = replay(transcripts, clients, versions)
+        side_idioms = replay_idioms(transcripts, clients, versions)
         header = make_header(transcripts=path, run_header=run_header,
                              profile=transcripts[0].profile if transcripts else None,
                              server=asdict(transcripts[0].server) if transcripts else None, clients=versions,
@@ -87,17 +93,19 @@ def run(args: argparse.Namespace) -> int:
         target = (out_root / side if side else out_root) if args.out else path.parent
         try:
             target.mkdir(parents=True, exist_ok=True)
-            write_findings(target / CLIENTS_FILE, header, side_findings)
+            write_findings(target / CLIENTS_FILE, header, [*side_findings, *side_idioms])
         except OSError as exc:
             print(f"conformance clients: error: {target}: cannot write: {exc.strerror or exc}", file=sys.stderr)
             return exit_codes.ERROR
-        print(f"{side or 'run'}: {len(side_findings)} client calls over {len(transcripts)} transcripts in "
+        print(f"{side or 'run'}: {len(side_findings)} client calls over {len(transcripts)} transcripts, "
+              f"{len(side_idioms)} client idioms in "
               f"{time.monotonic() - started:.1f} s: {target / CLIENTS_FILE}")
         headers.append(header)
         findings += side_findings
+        idioms += side_idioms
     report = out_root / "clients.md"
     try:
-        report.write_text(clients_markdown.render(headers, findings), encoding="utf-8")
+        report.write_text(clients_markdown.render(headers, findings, idioms), encoding="utf-8")
     except OSError as exc:
         print(f"conformance clients: error: {report}: cannot write: {exc.strerror or exc}", file=sys.stderr)
         return exit_codes.ERROR

@@ -10,13 +10,14 @@ from typing import Any
 
 from conformance.clients.compare import OUTCOMES
 from conformance.clients.jobs import CLIENT_OF
-from conformance.clients.record import ClientFinding
+from conformance.clients.record import ClientFinding, IdiomFinding
 from conformance.report.markdown_text import plain, visible
 
 NOTABLE = ("lost", "changed", "raised")
 
 
-def render(headers: Sequence[Mapping[str, Any]], findings: Sequence[ClientFinding]) -> str:
+def render(headers: Sequence[Mapping[str, Any]], findings: Sequence[ClientFinding],
+           idioms: Sequence[IdiomFinding] = ()) -> str:
     profiles = sorted({f.profile for f in findings})
     apis = [api for api in CLIENT_OF if any(f.api == api for f in findings)]
     lines = ["# Real clients over the recorded answers", ""]
@@ -31,7 +32,7 @@ def render(headers: Sequence[Mapping[str, Any]], findings: Sequence[ClientFindin
     lines += ["", "## Matrix", "", "| client call | " + " | ".join(cell(p) for p in profiles) + " |",
               "|---|" + "---|" * len(profiles)]
     for api in apis:
-        row = [_counts(Counter(f.outcome for f in findings if f.api == api and f.profile == p)) for p in profiles]
+        row = [counts_text(Counter(f.outcome for f in findings if f.api == api and f.profile == p)) for p in profiles]
         lines.append(f"| `{api}` | " + " | ".join(row) + " |")
     lines += ["", "## Where a client loses, changes or rejects something", ""]
     notable = [f for f in findings if f.outcome in NOTABLE]
@@ -55,6 +56,14 @@ def render(headers: Sequence[Mapping[str, Any]], findings: Sequence[ClientFindin
             early = sum(1 for f in calls if f.first_name_item and f.items and f.first_name_item < f.items)
             late = sum(1 for f in calls if f.first_name_item and f.first_name_item == f.items)
             lines.append(f"| {cell(profile)} | `{api}` | {early} | {late} | {len(calls) - early - late} |")
+    if idioms:
+        lines += ["", "## Client idioms: what the caller gets", "",
+                  "Each idiom sent its case's body (cases/client_idioms.yaml) and was answered with the case's "
+                  "recorded non-streaming answer.", "",
+                  "| profile | idiom | case | status | what the caller gets |", "|---|---|---|---|---|"]
+        for idiom in sorted(idioms, key=lambda i: (i.profile, i.case_id, i.idiom)):
+            lines.append(f"| {cell(idiom.profile)} | {cell(idiom.idiom)} | {cell(idiom.case_id)} | {idiom.status} | "
+                         f"{'raises ' if idiom.raised else ''}{cell(idiom.surfaced[:300])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -63,7 +72,8 @@ def cell(text: str) -> str:
     return plain(visible(text)).replace("|", "\\|")
 
 
-def _counts(counts: Counter[str]) -> str:
+def counts_text(counts: Counter[str]) -> str:
+    """`61 same, 5 raised`: the outcomes counted, in OUTCOMES order; `-` for none."""
     if not counts:
         return "-"
     return ", ".join(f"{counts[o]} {o.replace('_', ' ')}" for o in OUTCOMES if counts[o])
