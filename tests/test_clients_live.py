@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.clients.record import CLIENTS_FILE, read_findings
+from conformance.clients.record import CLIENTS_FILE, read_recording
 from conformance.wire import read_stream
 from test_live_conformance import live_run
 
@@ -19,20 +19,20 @@ CONTRACT = Path(__file__).resolve().parents[1] / "docs" / "vllm-0.32-contract.md
 
 @pytest.fixture(scope="module")
 def replayed(hf_server, legacy_server, tiny_checkpoint, tmp_path_factory):
-    """{profile: (findings, transcripts by (case, mode))} after `conformance clients` over each live run."""
+    """{profile: (findings, transcripts by (case, mode), idiom findings)} after `conformance clients` over each live run."""
     out = {}
     for server in (hf_server, legacy_server):
         run_dir = tmp_path_factory.mktemp(f"clients-{server.profile.name}")
         _, transcripts = live_run(server, tiny_checkpoint, run_dir)
         assert main(["clients", str(run_dir)]) == 0
-        out[server.profile.name] = (read_findings(run_dir / CLIENTS_FILE)[1],
-                                    {(t.case_id, t.mode): t for t in transcripts})
+        _, findings, idioms = read_recording(run_dir / CLIENTS_FILE)
+        out[server.profile.name] = (findings, {(t.case_id, t.mode): t for t in transcripts}, idioms)
     return out
 
 
 @pytest.mark.parametrize("profile", ["hf", "legacy"])
 def test_every_recorded_chat_answer_went_through_every_client(replayed, profile):
-    findings, transcripts = replayed[profile]
+    findings, transcripts, _ = replayed[profile]
     answered = {key for key, t in transcripts.items() if t.endpoint == "chat" and t.status is not None}
     ran = {(f.case_id, f.mode) for f in findings if f.outcome != "not_run"}
     assert ran == answered
@@ -43,7 +43,7 @@ def test_every_recorded_chat_answer_went_through_every_client(replayed, profile)
 
 
 def test_under_hf_every_client_but_langchain_and_the_stream_helper_rebuilds_every_answer(replayed):
-    findings, _ = replayed["hf"]
+    findings, _, _ = replayed["hf"]
     for finding in findings:
         if finding.outcome != "not_run" and finding.client in ("openai-python", "litellm", "ai-sdk") \
                 and finding.api != "openai.stream-helper":
@@ -52,7 +52,7 @@ def test_under_hf_every_client_but_langchain_and_the_stream_helper_rebuilds_ever
 
 @pytest.mark.parametrize("profile", ["hf", "legacy"])
 def test_langchain_loses_the_reasoning_of_every_answer_that_has_some(replayed, profile):
-    findings, _ = replayed[profile]
+    findings, _, _ = replayed[profile]
     with_reasoning = [f for f in findings if f.client == "langchain-openai" and f.server and f.server["reasoning"]]
     assert with_reasoning
     for finding in with_reasoning:
@@ -62,7 +62,7 @@ def test_langchain_loses_the_reasoning_of_every_answer_that_has_some(replayed, p
 
 @pytest.mark.parametrize("profile", ["hf", "legacy"])
 def test_the_stream_helper_raises_length_exactly_on_streams_cut_by_max_tokens(replayed, profile):
-    findings, transcripts = replayed[profile]
+    findings, transcripts, _ = replayed[profile]
     helper = {f.case_id: f for f in findings if f.api == "openai.stream-helper" and f.outcome != "not_run"}
     for case, finding in helper.items():
         transcript = transcripts[(case, "stream")]
@@ -71,7 +71,7 @@ def test_the_stream_helper_raises_length_exactly_on_streams_cut_by_max_tokens(re
 
 
 def test_every_client_carries_hf_refusals_with_the_servers_message(replayed):
-    findings, _ = replayed["hf"]
+    findings, _, _ = replayed["hf"]
     refused = [f for f in findings if f.status == 400 and f.outcome != "not_run"]  # preflights are not replayed
     assert {f.case_id for f in refused} >= {"tool-choice-required", "tool-choice-named", "strict-tool",
                                             "parallel-tool-calls-false"}
@@ -79,7 +79,7 @@ def test_every_client_carries_hf_refusals_with_the_servers_message(replayed):
 
 
 def test_langchain_refuses_hermes_arguments_sent_as_a_json_string(replayed):
-    findings, _ = replayed["legacy"]
+    findings, _, _ = replayed["legacy"]
     invoke = next(f for f in findings if (f.case_id, f.api) == ("arguments-as-json-string", "langchain.invoke"))
     assert invoke.outcome == "raised" and "Input should be a valid dictionary" in invoke.error
     stream = next(f for f in findings if (f.case_id, f.api) == ("malformed-call-alone", "langchain.stream"))
@@ -99,7 +99,33 @@ def test_the_contract_documents_matrix_is_what_the_clients_did(replayed):
             api, hf, legacy = (part.strip() for part in line.strip("|").split("|"))
             table[api.split("`")[1]] = {"hf": hf, "legacy": legacy}
     assert set(table) == set(CLIENT_OF)
-    for profile, (findings, _) in replayed.items():
+    for profile, (findings, _, _) in replayed.items():
         for api in CLIENT_OF:
             counted = Counter(f.outcome for f in findings if f.api == api and f.outcome != "not_run")
             assert counts_text(counted) == table[api][profile], (profile, api)
+
+
+def test_each_client_idiom_hands_its_caller_what_section_8_1_says(replayed):
+    from conformance.cases import load_suite
+    from conformance.clients.idioms import IDIOMS, idiom_body
+
+    cases = {case.id: case for case in load_suite()}
+    for profile in ("hf", "legacy"):
+        idioms = {i.idiom: i for i in replayed[profile][2]}
+        assert set(idioms) == {idiom.name for idiom in IDIOMS}, profile
+        for idiom in idioms.values():
+            assert idiom.sent == idiom_body(cases[idiom.case_id].request), idiom.idiom
+    for idiom in replayed["hf"][2]:
+        assert idiom.status == 400 and idiom.raised, idiom.idiom
+        assert cases[idiom.case_id].expect["hf"].error.message in idiom.surfaced, idiom.idiom
+    legacy = {i.idiom: i for i in replayed["legacy"][2]}
+    for name, idiom in legacy.items():
+        assert idiom.status == 200, name
+        if name.startswith("LangChain"):
+            assert idiom.raised and "ValidationError" in idiom.surfaced and "Input should be a valid dictionary" in idiom.surfaced
+        elif "pydantic_function_tool" in name:
+            assert idiom.raised and idiom.surfaced.startswith("LengthFinishReasonError")
+        elif idiom.case_id == "client-idiom-parallel-tool-calls-false":
+            assert not idiom.raised and '"name": "get_weather"' in idiom.surfaced and "Paris" in idiom.surfaced
+        else:  # LiteLLM and the AI SDK hand back the grammar's call as it came
+            assert not idiom.raised and '"arguments": "true"' in idiom.surfaced, name
