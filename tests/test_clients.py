@@ -8,7 +8,6 @@ import json
 import urllib.error
 import urllib.request
 from importlib.metadata import version
-from pathlib import Path
 
 import pytest
 

@@ -13,7 +13,7 @@ from conformance.clients.compare import differences, message_outcome, refusal_ou
 from conformance.clients.jobs import APIS, CLIENT_OF, ClientName, Job, Rebuilt
 from conformance.clients.idioms import IDIOMS, run_idioms
 from conformance.clients.record import ClientFinding, IdiomFinding
-from conformance.clients.replay_server import answer_of, running
+from conformance.clients.replay_server import Answer, answer_of, running
 from conformance.transcript import Transcript
 from conformance.wire import read_stream, response_message
 
@@ -46,13 +46,14 @@ def replay(transcripts: Sequence[Transcript], clients: Sequence[ClientName],
     entries: list[ClientFinding | _Planned] = []
     with running() as server:
         for transcript in transcripts:
+            answer = answer_of(transcript) if transcript.endpoint == "chat" else None
             for client in clients:
                 for api in APIS[client].get(transcript.mode, ()):
-                    not_run = _why_not_run(transcript, versions[client])
-                    if not_run:
+                    not_run = _why_not_run(transcript, answer, versions[client])
+                    if not_run or answer is None:
                         entries.append(_finding(transcript, api, "not_run", reason=not_run))
                         continue
-                    slot = server.register(answer_of(transcript))  # type: ignore[arg-type]
+                    slot = server.register(answer)
                     job = Job(str(len(entries)), api, server.base_url(slot), transcript.request.get("model") or "model",
                               list(transcript.request.get("messages") or []), list(transcript.request.get("tools") or []),
                               transcript.request.get("tool_choice"))
@@ -63,14 +64,15 @@ def replay(transcripts: Sequence[Transcript], clients: Sequence[ClientName],
             for entry in entries]
 
 
-def _why_not_run(transcript: Transcript, version: dict[str, str | None]) -> str | None:
+def _why_not_run(transcript: Transcript, answer: Answer | None, version: dict[str, str | None]) -> str:
+    """Why a client call cannot replay this transcript ("" when it can)."""
     if version["unavailable"]:
         return f"the client cannot run here: {version['unavailable']}"
     if transcript.endpoint != "chat":
         return f"endpoint {transcript.endpoint}: the client replay covers chat completions"
-    if answer_of(transcript) is None:
+    if answer is None:
         return "no answer recorded: " + (transcript.skip_reason or transcript.transport_error or "not sent")
-    return None
+    return ""
 
 
 def _run_all(planned: Sequence[_Planned]) -> dict[str, Rebuilt | str]:
