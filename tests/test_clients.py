@@ -160,3 +160,11 @@ def test_an_empty_field_the_server_filled_is_lost_anything_else_changed():
     assert message_outcome(differences(server, {**server, "reasoning": None, "tool_calls": []})) == "lost"
     assert message_outcome(differences(server, {**server, "content": "y"})) == "changed"
     assert message_outcome(differences({**server, "tool_calls": []}, server)) == "changed"
+
+
+def test_a_bad_transcripts_line_is_exit_2_naming_file_and_line(tmp_path, capsys):
+    run_dir = write_recording(tmp_path, samples()[:1])
+    with (run_dir / "transcripts.jsonl").open("a") as handle:
+        handle.write("{not json\n")
+    assert main(["clients", str(run_dir)]) == 2
+    assert f"{run_dir / 'transcripts.jsonl'}:3: not valid JSON" in capsys.readouterr().err
