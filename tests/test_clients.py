@@ -168,3 +168,13 @@ def test_a_bad_transcripts_line_is_exit_2_naming_file_and_line(tmp_path, capsys)
         handle.write("{not json\n")
     assert main(["clients", str(run_dir)]) == 2
     assert f"{run_dir / 'transcripts.jsonl'}:3: not valid JSON" in capsys.readouterr().err
+
+
+def test_a_gate_directory_replays_both_sides_into_one_report(tmp_path):
+    good = [t for t in samples() if t.case_id == "reasoning-field" and t.mode == "non-stream"]
+    for side, profile in (("baseline", "legacy"), ("candidate", "hf")):
+        good[0].profile = profile
+        write_recording(tmp_path / side, good)
+    assert main(["clients", str(tmp_path), "--client", "openai-python"]) == 0
+    assert {read_findings(tmp_path / side / CLIENTS_FILE)[1][0].profile for side in ("baseline", "candidate")} == {"hf", "legacy"}
+    assert "| client call | hf | legacy |" in (tmp_path / "clients.md").read_text()
