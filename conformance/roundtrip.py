@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,7 +46,7 @@ class Subject:
     def eos(self) -> str | None:
         return self.special_tokens.get("eos_token")
 
-    @property
+    @cached_property
     def delimiters(self) -> tuple[str, ...]:
         """The template's literal delimiters, its start anchors, string delimiters and the eos token."""
         found = list(template_markers(self.response_template))
@@ -58,7 +59,7 @@ class Subject:
             found.append(self.eos)
         return tuple(dict.fromkeys(d for d in found if isinstance(d, str) and d.strip()))
 
-    @property
+    @cached_property
     def reserved(self) -> str:
         """Characters the format reserves: the json parser's sentinels when string delimiters are set."""
         fields = self.response_template.get("fields", {}).values()

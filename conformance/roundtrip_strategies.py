@@ -12,6 +12,7 @@ asked of it; argument strings can (JSON could escape them).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from hypothesis import strategies as st
@@ -20,8 +21,10 @@ MAX_TOOL_CALLS = 4
 EDGE_INTEGERS = (0, -1, 1, 2**31 - 1, -(2**31), 2**53, 2**53 + 1, 2**63 - 1, -(2**63), 2**64, 10**30, -(10**30))
 EDGE_FLOATS = (0.0, -0.0, 0.1, 1e-7, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, -1.5, 1e16, 123456789.123)
 ESCAPES = ('"', "\\", "\n", "\r", "\t", "\x00", "\x1f", "\u2028", "\u2029", "/", "\\u0041", "'", "\ufeff", "😀", "é", "中文")
-# Tool names: what OpenAI accepts (^[a-zA-Z0-9_-]{1,64}$), starting with a letter.
-TOOL_NAMES = st.from_regex(r"\A[a-zA-Z][a-zA-Z0-9_-]{0,11}\Z")
+# Tool names: what OpenAI accepts (^[a-zA-Z0-9_-]{1,64}$), starting with a letter; property names.
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+TOOL_NAMES = st.builds(str.__add__, st.sampled_from(_LETTERS), st.text(_LETTERS + "0123456789_-", max_size=11))
+PROPERTY_NAMES = st.builds(str.__add__, st.sampled_from(_LETTERS[:26] + "_"), st.text(_LETTERS[:26] + "0123456789_", max_size=7))
 PROPERTY_TYPES = ("string", "integer", "number", "boolean", "array", "object", "enum")
 
 
@@ -31,6 +34,7 @@ class Turn:
     message: dict[str, Any]  # {"role": "assistant", "reasoning"?, "content"?, "tool_calls"?}
 
 
+@lru_cache(maxsize=64)
 def free_text(delimiters: tuple[str, ...], reserved: str = "") -> st.SearchStrategy[str]:
     """Text for reasoning and content: any unicode (escapes and surrogate-free), with markup-like
     characters made likely, never containing a delimiter or a reserved character."""
@@ -40,6 +44,7 @@ def free_text(delimiters: tuple[str, ...], reserved: str = "") -> st.SearchStrat
     return text.filter(lambda value: not any(delimiter in value for delimiter in delimiters))
 
 
+@lru_cache(maxsize=64)
 def argument_strings(delimiters: tuple[str, ...], reserved: str = "") -> st.SearchStrategy[str]:
     """Strings for argument values: any unicode, JSON escapes, and the template's delimiters inside."""
     alphabet = st.characters(blacklist_categories=("Cs",), blacklist_characters=reserved)
@@ -86,8 +91,9 @@ def _property_schema(kind: str) -> dict[str, Any]:
     return {"type": kind}
 
 
-def _property_value(kind: str, strings: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
-    values: dict[str, st.SearchStrategy[Any]] = {
+@lru_cache(maxsize=64)
+def _property_values(strings: st.SearchStrategy[str]) -> dict[str, st.SearchStrategy[Any]]:
+    return {
         "string": strings,
         "integer": st.one_of(st.integers(-(10**30), 10**30), st.sampled_from(EDGE_INTEGERS)),
         "number": json_numbers(),
@@ -96,13 +102,12 @@ def _property_value(kind: str, strings: st.SearchStrategy[str]) -> st.SearchStra
         "object": st.dictionaries(strings, json_values(strings), max_size=3),
         "enum": st.sampled_from(["a", "b c", "<x>"]),
     }
-    return values[kind]
 
 
 @st.composite
 def tool_definition(draw: st.DrawFn, name: str) -> dict[str, Any]:
     """A function tool: typed properties (arguments drawn from them), or none (arbitrary arguments)."""
-    keys = draw(st.lists(st.from_regex(r"\A[a-z_][a-z0-9_]{0,7}\Z"), max_size=4, unique=True))
+    keys = draw(st.lists(PROPERTY_NAMES, max_size=4, unique=True))
     kinds = [draw(st.sampled_from(PROPERTY_TYPES)) for _ in keys]
     parameters: dict[str, Any] = {"type": "object", "properties": {k: _property_schema(t) for k, t in zip(keys, kinds)}}
     if keys:
@@ -114,14 +119,14 @@ def tool_definition(draw: st.DrawFn, name: str) -> dict[str, Any]:
 def tool_arguments(draw: st.DrawFn, tool: dict[str, Any], strings: st.SearchStrategy[str]) -> dict[str, Any]:
     parameters = tool["function"]["parameters"]
     properties = parameters.get("properties") or {}
+    values = _property_values(strings)
     if not properties:
-        return draw(st.dictionaries(strings, json_values(strings), max_size=4))
+        return draw(values["object"])
     required = set(parameters.get("required", []))
     arguments = {}
     for key, schema in properties.items():
         if key in required or draw(st.booleans()):
-            kind = "enum" if "enum" in schema else schema["type"]
-            arguments[key] = draw(_property_value(kind, strings))
+            arguments[key] = draw(values["enum" if "enum" in schema else schema["type"]])
     return arguments
 
 
