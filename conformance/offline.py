@@ -42,13 +42,15 @@ def _shown(raw: str) -> str:
     return code_span(visible(raw if len(raw) <= SHOWN_RAW_CHARS else raw[:SHOWN_RAW_CHARS] + "…"))
 
 
-def _roundtrip_record(result: Any, examples: int) -> dict[str, Any]:
+def _roundtrip_record(result: Any, options: OfflineOptions) -> dict[str, Any]:
     return {"status": "error" if result.error else "ran", "reason": result.error, "seed": result.seed,
-            "examples_asked": examples, "examples": result.examples, "failures": list(result.failures.values())}
+            "database": str(options.database) if options.database else None,
+            "examples_asked": options.examples, "examples": result.examples, "failures": list(result.failures.values())}
 
 
 def skipped(reason: str, options: OfflineOptions) -> dict[str, Any]:
-    return {"status": "skipped", "reason": reason, "seed": options.seed, "examples_asked": options.examples,
+    return {"status": "skipped", "reason": reason, "seed": options.seed, "database": None,
+            "examples_asked": options.examples,
             "examples": 0, "failures": []}
 
 
@@ -73,7 +75,7 @@ def check(audit: Any, options: OfflineOptions) -> None:
     probes = (case_probes() + CAST_PROBES) if options.implementations is not None else []
     result = bounded_roundtrip(subject, max(options.examples, 0), options.seed, options.database, probes)
     if options.examples > 0:
-        audit.roundtrip = _roundtrip_record(result, options.examples)
+        audit.roundtrip = _roundtrip_record(result, options)
         for failure in result.failures.values():
             raw = f"; raw output {_shown(failure['raw'])}" if "raw" in failure else ""
             audit.offline_findings.append(Finding(failure["code"], f"round trip (seed {result.seed}): "

@@ -282,7 +282,8 @@ def check_turn(subject: Subject, tools: list[dict], message: dict, chunks_of: An
 
 
 def run_roundtrip(subject: Subject, examples: int, seed: int, database: Path | None = None) -> RoundTripResult:
-    """Search `examples` examples for counterexamples, deterministically for `seed`."""
+    """Search `examples` examples for counterexamples, deterministically for `seed` without a `database`;
+    with one, hypothesis replays the counterexamples saved there first and saves new ones (unseeded)."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as seeded
     from hypothesis import strategies as st
@@ -298,7 +299,6 @@ def run_roundtrip(subject: Subject, examples: int, seed: int, database: Path | N
     result = RoundTripResult(seed=seed, examples=0)
     seen: set[str] = set()
 
-    @seeded(seed)
     @settings(max_examples=examples, database=DirectoryBasedExampleDatabase(str(database)) if database else None,
               deadline=None, derandomize=False, report_multiple_bugs=True, print_blob=False,
               suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink])
@@ -315,6 +315,8 @@ def run_roundtrip(subject: Subject, examples: int, seed: int, database: Path | N
             seen.add(rendered["raw"])
             result.inputs.append({**rendered, "origin": "round trip"})
 
+    if database is None:  # hypothesis saves nothing under an explicit seed: with a database, it replays instead
+        search = seeded(seed)(search)
     try:
         search()
     except (RoundTripFailure, BaseExceptionGroup):

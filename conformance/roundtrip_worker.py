@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,8 @@ def render_probe(subject: Subject, probe: dict[str, Any]) -> dict[str, Any] | No
 
 def serve() -> None:
     """Child side: read one job from stdin, write its RoundTripResult as JSON to stdout."""
+    from hypothesis.configuration import set_hypothesis_home_dir
+
     from conformance.template import _limit_memory
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this ends
@@ -65,7 +68,10 @@ def serve() -> None:
     sys.setrecursionlimit(10_000)  # deep JSON nesting is part of the search
     job = json.loads(sys.stdin.read())
     subject = Subject(**job["subject"])
-    result = run_roundtrip(subject, job["examples"], job["seed"], Path(job["database"]) if job["database"] else None)
+    database = Path(job["database"]) if job["database"] else None
+    with tempfile.TemporaryDirectory(prefix="hypothesis-") as scratch:  # hypothesis writes nothing elsewhere
+        set_hypothesis_home_dir(database or scratch)
+        result = run_roundtrip(subject, job["examples"], job["seed"], database)
     result.inputs += [rendered for probe in job["probes"] if (rendered := render_probe(subject, probe)) is not None]
     json.dump(asdict(result), sys.stdout, ensure_ascii=True)
 

@@ -100,7 +100,8 @@ def _offline_options(args: argparse.Namespace):
     if args.examples < 0:
         raise UsageError("--examples must be 0 or more")
     implementations = select(args.implementations) if args.implementations is not None else None
-    return OfflineOptions(examples=args.examples, seed=args.seed, database=args.hypothesis_db,
+    database = args.hypothesis_db.resolve() if args.hypothesis_db is not None else None
+    return OfflineOptions(examples=args.examples, seed=args.seed, database=database,
                           implementations=implementations)
 
 
