@@ -77,3 +77,31 @@ def test_unknown_names_are_refused():
     with pytest.raises(ValueError, match="unknown implementation 'vllm-9'"):
         registry.select("vllm-9")
     assert [i.name for i in registry.select("transformers")] == [f"transformers-{v}" for v in registry.TRANSFORMERS_RELEASES]
+
+
+def test_a_fork_keeps_only_the_parser_files_of_its_wheel(tmp_path):
+    import zipfile
+
+    from conformance.implementations import setup
+
+    wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("pkg/parser/chat_parsing/__init__.py", "X = 1\n")
+        archive.writestr("pkg/parser/chat_parsing/data.bin", "no")
+        archive.writestr("pkg/engine.py", "import torch\n")
+    setup._extract(wheel, "pkg/parser/chat_parsing/", tmp_path / "out")
+    assert [p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*") if p.is_file()] == [
+        "pkg/parser/chat_parsing/__init__.py"]
+    with pytest.raises(setup.SetupError, match="has no pkg/other/"):
+        setup._extract(wheel, "pkg/other/", tmp_path / "out2")
+
+
+def test_a_cached_release_is_not_installed_again(tmp_path, monkeypatch):
+    from conformance.implementations import setup
+
+    calls = []
+    monkeypatch.setattr(setup, "_pip", lambda arguments: calls.append(arguments))
+    target = setup.ensure_transformers("5.17.0", cache=tmp_path)
+    assert calls[0][-2:] == ["transformers==5.17.0", setup.OLD_HUB_REQUIREMENT] and (target / setup.COMPLETE).is_file()
+    setup.ensure_transformers("5.17.0", cache=tmp_path)
+    assert len(calls) == 1

@@ -73,3 +73,13 @@ def select(spec: str) -> list[Implementation]:
     if not chosen:
         raise ValueError("--implementations: no implementation named")
     return chosen
+
+
+def install_all() -> None:
+    """Install every implementation into the cache (what `scripts/bootstrap` runs), saying where."""
+    for implementation in IMPLEMENTATIONS.values():
+        print(f"{implementation.name}: {implementation.locate()}", flush=True)
+
+
+if __name__ == "__main__":
+    install_all()

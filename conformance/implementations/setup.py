@@ -45,6 +45,7 @@ def ensure_transformers(version: str, cache: Path | None = None) -> Path:
         if version in OLD_HUB_RELEASES:
             requirements.append(OLD_HUB_REQUIREMENT)
         _pip(["install", "--quiet", "--no-deps", "--only-binary=:all:", "--target", str(target), *requirements])
+        target.mkdir(parents=True, exist_ok=True)
         (target / COMPLETE).write_text("")
     return target
 
