@@ -105,3 +105,11 @@ def test_a_cached_release_is_not_installed_again(tmp_path, monkeypatch):
     assert calls[0][-2:] == ["transformers==5.17.0", setup.OLD_HUB_REQUIREMENT] and (target / setup.COMPLETE).is_file()
     setup.ensure_transformers("5.17.0", cache=tmp_path)
     assert len(calls) == 1
+
+
+def test_an_implementation_that_hangs_is_cut_off():
+    """A checkpoint's regex is untrusted: an implementation stuck in it is unavailable, not a hang."""
+    template = {"start_anchor": "A", "fields": {"content": {"close_pattern": "(a|aa)+$"}}}
+    stuck = [{"prompt": "", "raw": "a" * 40 + "b", "tools": [], "origin": "test"}]
+    outcome = matrix.run_implementation(registry.IMPLEMENTATIONS["vllm-0.32"], template, stuck, timeout=2.0)
+    assert outcome == "did not answer within 2 s"
