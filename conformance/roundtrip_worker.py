@@ -71,7 +71,8 @@ def serve() -> None:
     database = Path(job["database"]) if job["database"] else None
     with tempfile.TemporaryDirectory(prefix="hypothesis-") as scratch:  # hypothesis writes nothing elsewhere
         set_hypothesis_home_dir(database or scratch)
-        result = run_roundtrip(subject, job["examples"], job["seed"], database)
+        result = (run_roundtrip(subject, job["examples"], job["seed"], database) if job["examples"] > 0
+                  else RoundTripResult(seed=job["seed"], examples=0))
     result.inputs += [rendered for probe in job["probes"] if (rendered := render_probe(subject, probe)) is not None]
     json.dump(asdict(result), sys.stdout, ensure_ascii=True)
 

@@ -79,3 +79,15 @@ def test_bad_offline_options_are_usage_errors(tmp_path, tiny_checkpoint):
     assert done.returncode == 2 and "unknown implementation 'nope'" in done.stderr
     done = audit(tmp_path, "--local", str(tiny_checkpoint), "--examples", "-1")
     assert done.returncode == 2 and "--examples must be 0 or more" in done.stderr
+
+
+def test_the_matrix_alone_reads_the_shipped_cases_and_probes(tmp_path, tiny_checkpoint):
+    done = audit(tmp_path, "--local", str(tiny_checkpoint), "--examples", "0", "--implementations",
+                 "transformers-5.19.0,transformers-5.20.2", "--json", "audit.json")
+    assert done.returncode == 0, done.stderr
+    checkpoint = _report(tmp_path / "audit.json")["checkpoints"][0]
+    assert checkpoint["roundtrip"] is None
+    matrix = checkpoint["implementations"]
+    assert matrix["status"] == "ran" and matrix["inputs"] > 50  # every forced chat case, and the probes
+    assert {entry["explained"] for entry in matrix["disagreements"]} == {
+        'documented: from transformers 5.20 an integer parameter\'s "3.0" is cast to 3'}
