@@ -222,7 +222,7 @@ VLLM_ENV = MappingProxyType({"VLLM_CPU_KVCACHE_SPACE": "1"})
 _PROCESS_PREFIX = re.compile(r"^\([\w.-]+ pid=\d+\)\s?")
 _EXCEPTION_LINE = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)\b:\s*.+$"  # SomeError: message
-    r"|^[\w.-]+: error: .+$"  # argparse: "api_server.py: error: argument --dtype: invalid choice: ..."
+    r"|^[\w.-]+(?: [\w-]+)?: error: .+$"  # argparse: "api_server.py: error: argument --dtype: ..." ("main.py serve: ...")
 )
 _PYDANTIC_VALUE_ERROR = re.compile(r"^\s*(?:Value|Type|Assertion) error, (?P<message>.+?)(?:\s+\[type=.*)?$")
 _GENERIC_ERRORS = ("Engine core initialization failed", "See root cause above", "validation error for ")
@@ -245,6 +245,25 @@ def find_vllm_error(log_text: str) -> str | None:
     specific = [line for line in exception_lines if not any(generic in line for generic in _GENERIC_ERRORS)]
     chosen = specific or exception_lines
     return chosen[-1] if chosen else None
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+_RUST_ERROR = re.compile(r"^\(RustFrontend pid=\d+\)\s+ERROR\s+.*?\[[^\]]+\]\s+(?P<message>.+)$")
+_RUST_CAUSE = re.compile(r"^\s+\d+: (?P<cause>.+)$")  # "Caused by these errors (recent errors listed first):"
+
+
+def find_vllm_rs_error(log_text: str) -> str | None:
+    """The most telling error line in a vllm-rs log (its colours removed): where the frontend failed
+    by itself, the root of its "Caused by" list (else its last ERROR message); where it only reports
+    that its managed Python engine exited, the engine's own line as `find_vllm_error` reads it."""
+    plain = _ANSI_ESCAPE.sub("", log_text).splitlines()
+    frontend_errors = [match.group("message") for line in plain if (match := _RUST_ERROR.match(line))]
+    engine_lines = [line for line in plain if not line.startswith("(RustFrontend ")]
+    causes = [match.group("cause") for line in engine_lines if (match := _RUST_CAUSE.match(line))]
+    last_error = frontend_errors[-1] if frontend_errors else None
+    if last_error and "engine exited" not in last_error:
+        return causes[-1] if causes else last_error
+    return find_vllm_error("\n".join(engine_lines)) or last_error
 
 
 def vllm_profile(name: str, flags: tuple[str, ...], description: str,
@@ -279,7 +298,7 @@ VLLM_RS_COMMON_FLAGS = ("--", *VLLM_COMMON_FLAGS)
 PROFILES["hf-rust"] = Profile(
     name="hf-rust", server_name="vLLM's Rust frontend",
     description="vLLM 0.32's Rust frontend (vllm-rs) with the checkpoint-driven hf parser",
-    launch=Launch(VLLM_RS_COMMAND, ("--tool-call-parser", "hf", "--reasoning-parser", "hf"), find_vllm_error,
+    launch=Launch(VLLM_RS_COMMAND, ("--tool-call-parser", "hf", "--reasoning-parser", "hf"), find_vllm_rs_error,
                   VLLM_RS_COMMON_FLAGS, VLLM_ENV, runtime=VllmRustFrontend("0.32.0", "0.32.0+cpu"),
                   log_prefix="vllm-rs"),
     # A regex over the markers' text fails inside llguidance on the added tokens (HTTP 500).

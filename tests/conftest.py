@@ -1,7 +1,7 @@
 """Shared fixtures for the real-vLLM tier.
 
 - `tiny_checkpoint`: path of the `full` fixture checkpoint (built once per session).
-- `hf_server`, `legacy_server`: real vLLM 0.32 servers (`conformance.server.Server`: `.base_url`
+- `hf_server`, `legacy_server`, `hf_rust_server`: real vLLM 0.32 servers (hf-rust: its Rust frontend) (`conformance.server.Server`: `.base_url`
   ending in /v1, `.root_url`, `.model`, `.profile`, `.version`, `.args`, `.log_path`, `.pid`,
   `.startup_seconds`) serving the tiny checkpoint. Nothing starts until a test asks for a server;
   then every profile that some selected test needs starts at once (both start together, which
@@ -24,7 +24,7 @@ import pytest
 from conformance.fixture import build_fixture
 from conformance.server import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
 
-SERVER_FIXTURES = {"hf_server": "hf", "legacy_server": "legacy"}
+SERVER_FIXTURES = {"hf_server": "hf", "legacy_server": "legacy", "hf_rust_server": "hf-rust"}
 _profiles_needed: set[str] = set()
 _started_servers: list[Server] = []
 
@@ -123,3 +123,8 @@ def hf_server(server_pool: ServerPool) -> Server:
 @pytest.fixture(scope="session")
 def legacy_server(server_pool: ServerPool) -> Server:
     return server_pool.get("legacy")
+
+
+@pytest.fixture(scope="session")
+def hf_rust_server(server_pool: ServerPool) -> Server:
+    return server_pool.get("hf-rust")
