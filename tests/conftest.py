@@ -80,7 +80,13 @@ class ServerPool:
 
     def _start_and_wait(self, profiles: list[str]) -> None:
         for name in profiles:  # in this (the main) thread: see conformance.server.start
-            self.processes[name] = start(name, self.model, log_dir=self.log_dir)
+            try:
+                self.processes[name] = start(name, self.model, log_dir=self.log_dir)
+            except ServerStartError as error:  # e.g. hf-rust's set-up failed: the others still start
+                self.outcomes[name] = error
+        profiles = [name for name in profiles if name in self.processes]
+        if not profiles:
+            return
         with ThreadPoolExecutor(len(profiles)) as pool:
             for name, outcome in zip(profiles, pool.map(self._wait, profiles)):
                 self.outcomes[name] = outcome
