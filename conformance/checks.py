@@ -482,7 +482,8 @@ def judge(
         return [Check("expectation", SKIP, EXPECTATION, reason=f"declared: {expectation.skip}", skip_kind="declared")]
     if transcript.endpoint == "preflight":
         return judge_preflight(case, transcript)
-    if _no_responses_api(transcript):
+    named = expectation is not None and expectation.error is not None and expectation.error.status == transcript.status
+    if _no_responses_api(transcript) and not named:  # a status the expectation names is judged against it
         return [Check("responses_api", SKIP, reason=f"the server has no Responses API: HTTP {transcript.status}: "
                       f"{error_text(transcript.error_body)}", skip_kind="no_responses_api")]
     streaming = transcript.mode == "stream"

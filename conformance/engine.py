@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import sys
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -141,8 +141,10 @@ class NotSent:
     reason: str
 
 
-def _forcing_for(case: Any, target: Target, natural: bool) -> tuple[dict[str, Any] | None, NotSent | None]:
-    """(extra body fields that force the case's output, or None; why it is not sent, or None)."""
+async def _forcing_for(case: Any, target: Target, natural: bool,
+                       tokenize: Callable[[str], list[int]]) -> tuple[dict[str, Any] | None, NotSent | None]:
+    """(extra body fields that force the case's output, or None; why it is not sent, or None).
+    `tokenize` is the server tokenizer's, for a forcing method that names token ids."""
     expectation = expectation_for(case, target.profile)
     if expectation is not None and expectation.skip is not None:
         return None, NotSent("declared", f"declared: {expectation.skip}")
@@ -151,12 +153,17 @@ def _forcing_for(case: Any, target: Target, natural: bool) -> tuple[dict[str, An
     if target.can_force is False:
         reason = f"server {target.shown_url} cannot force outputs: {target.cannot_force_reason or 'as told'}"
         return None, NotSent(target.cannot_force_kind, reason)
-    from conformance.forcing import ForcingUnsupported
+    from conformance.forcing import ForcingUnsupported, TokensUnavailable, in_daemon_thread
 
-    try:
-        forcing = profile_record(target.profile).forcing.request_fields(case.force, case.request)
+    method = profile_record(target.profile).forcing
+    try:  # a method that names tokens asks the server's tokenizer: in a thread, within --timeout
+        forcing = await in_daemon_thread(target.timeout, method.request_fields, case.force, case.request, tokenize)
     except (ForcingUnsupported, ValueError) as exc:
         return None, NotSent("unforceable_output", f"cannot force this output: {exc}")
+    except (TokensUnavailable, TimeoutError) as exc:
+        detail = str(exc) or f"no answer within {target.timeout:g}s"
+        return None, NotSent(None, f"not sent: the server's tokenizer did not give the forced output's tokens: "
+                                   f"{target.redact(detail)}")
     return forcing, NotSent(None, target.forcing_error) if target.forcing_error else None
 
 
@@ -316,8 +323,18 @@ async def run_async(
         tokenizer = functools.cache(lambda: method.tokenizer(target.root_url, target.model, target.api_key,
                                                              target.timeout))
 
+        def tokenize(text: str) -> list[int]:
+            from conformance.forcing import ForcingUnsupported, ServerRefused, TokensUnavailable
+
+            try:
+                return tokenizer().tokenize(text)
+            except ForcingUnsupported:  # no /tokenize: this output cannot be forced by naming tokens
+                raise
+            except (ServerRefused, OSError, ValueError, LookupError, TypeError) as exc:
+                raise TokensUnavailable(f"/tokenize: {exc}") from exc
+
         async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
-            forcing, not_sent = _forcing_for(case, target, natural)
+            forcing, not_sent = await _forcing_for(case, target, natural, tokenize)
             if not_sent:
                 transcript = _not_sent(case, target, mode, repeat_index, not_sent, forcing)
             else:
@@ -402,18 +419,20 @@ def _recording_mismatch(case: Any, transcript: Transcript) -> str | None:
         return f"case {transcript.case_id!r} is not in the case set"
     if transcript.skip_reason:
         return None
-    forcing = (profile_record(transcript.profile).forcing.request_fields(case.force, case.request)
-               if transcript.forced and case.force is not None else None)
     if transcript.forced and case.force is None:
         return f"case {case.id!r} no longer forces an output; it was recorded with one"
     if not (transcript.forced or transcript.natural) and case.force is not None:
         return f"case {case.id!r} now forces an output; it was recorded without one"
-    wanted = request_body(case, transcript.mode, transcript.request.get("model", ""), forcing)
+    method = profile_record(transcript.profile).forcing
+    # The forcing fields are the recorded ones (a method naming tokens needs the server to make
+    # them): the forced text read back from them must be the case's, the rest of the body today's.
+    forcing = {key: transcript.request[key] for key in method.request_keys if key in transcript.request}
+    changed_force = transcript.forced and method.forced_text(transcript.request) != case.force
+    wanted = request_body(case, transcript.mode, transcript.request.get("model", ""),
+                          forcing if transcript.forced else None)
     differing = sorted(
-        f"{key} (the forced output)" if key == "structured_outputs" else key
-        for key in wanted.keys() | transcript.request.keys()
-        if wanted.get(key) != transcript.request.get(key)
-    )
+        key for key in wanted.keys() | transcript.request.keys() if wanted.get(key) != transcript.request.get(key)
+    ) + (["the forced output"] if changed_force else [])
     if differing:
         return f"case {case.id!r} changed since it was recorded: the request differs in {', '.join(differing)}"
     return None

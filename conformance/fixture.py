@@ -3,7 +3,7 @@
 A Qwen3-architecture model (2 layers, head_dim 64: the CPU attention backend refuses 16) with a
 byte-level BPE tokenizer carrying Qwen's markers, a Hermes/Qwen3-style chat template and, depending
 on the variant, a `response_template` (contract section 6, literal delimiters only: vLLM's Rust
-frontend refuses regex delimiters).
+frontend refuses regex delimiters, which the `non-literal-pattern` variant has).
 
 The weights are random from a fixed seed except for one shape that makes forced outputs come out
 canonically tokenized: embedding dimension 0 holds each token's length in bytes, every layer's
@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-VARIANTS: tuple[str, ...] = ("full", "no-template", "thinking-only", "tools-only", "reasoning-content")
+VARIANTS: tuple[str, ...] = ("full", "no-template", "thinking-only", "tools-only", "reasoning-content",
+                             "non-literal-pattern")
+# The content field's closing delimiter as a pattern that does not start with a literal (the shape
+# transformers ships as its qwen3 fallback): vLLM's Python frontend serves it, the Rust frontend
+# starts and then refuses every chat request with HTTP 500 ("must start with a literal prefix").
+NON_LITERAL_CLOSE_PATTERN = r"\s*(?:<\|im_end\|>|<\|endoftext\|>)"
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 MARKER_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
@@ -149,6 +154,8 @@ def response_template_for(variant: str) -> dict | None:
         # vLLM 0.32 serves only thinking/content/tool_calls: this name is refused at startup.
         renamed = {"thinking": "reasoning_content"}
         template["fields"] = {renamed.get(name, name): spec for name, spec in fields.items()}
+    elif variant == "non-literal-pattern":
+        fields["content"] = {"close_pattern": NON_LITERAL_CLOSE_PATTERN}
     return template
 
 

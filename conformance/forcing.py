@@ -7,6 +7,10 @@ client's `extra_body`, streaming or not. The server needs `--structured-outputs-
 '{"enable_in_reasoning": true}'` (our launcher sets it), otherwise the regex only applies after
 reasoning ends.
 
+Where a regex cannot force (vLLM's Rust frontend: llguidance refuses the added tokens a regex over
+their text lets through), `token_grammar_body(raw_text, token_ids)` forces the tokenizer's own ids
+of the text with a lark grammar naming each token; `token_grammar_text` reads the text back.
+
 A regex fixes the text, not the tokens. `verify_forced_output(tokenizer, raw_text, token_ids)`
 checks, through the server's own `/tokenize` and `/detokenize` endpoints (`ServerTokenizer`), that
 the returned ids decode to `raw_text` (a trailing stop token is allowed) and that every marker
@@ -48,6 +52,11 @@ _REGEX_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\f": "\\f", "\v": "\\v
 
 class ForcingUnsupported(Exception):
     """The server cannot be made to emit an exact raw output (the message says why)."""
+
+
+class TokensUnavailable(Exception):
+    """The server's tokenizer could not give the token ids a forced request needs (an HTTP error
+    about the setup, no answer, an answer of the wrong shape): the request is an error, not a skip."""
 
 
 class ServerRefused(Exception):
@@ -101,6 +110,32 @@ def forced_text(regex: str) -> str:
 def forcing_extra_body(raw_text: str) -> dict:
     """Request-body fields that force `raw_text` and ask for the generated token ids."""
     return {"structured_outputs": {"regex": exact_regex(raw_text)}, "return_token_ids": True}
+
+
+_GRAMMAR_TEXT_LINE = "// forced output: "
+
+
+def token_grammar_body(raw_text: str, token_ids: Sequence[int]) -> dict:
+    """Request-body fields that force exactly `token_ids` (the tokenizer's ids of `raw_text`) with an
+    llguidance lark grammar naming each token (`<[id]>`), which also matches added tokens that a
+    regex over their text cannot; the text rides along as the grammar's first line, a comment
+    (`token_grammar_text` reads it back). The generated token ids are asked for too."""
+    if not token_ids:
+        raise ForcingUnsupported("an empty output cannot be forced with a token grammar")
+    grammar = f"{_GRAMMAR_TEXT_LINE}{json.dumps(raw_text)}\nstart: " + " ".join(f"<[{int(i)}]>" for i in token_ids)
+    return {"structured_outputs": {"grammar": grammar}, "return_token_ids": True}
+
+
+def token_grammar_text(grammar: str) -> str | None:
+    """The raw text a `token_grammar_body` grammar forces (None: not such a grammar)."""
+    first_line = grammar.partition("\n")[0]
+    if not first_line.startswith(_GRAMMAR_TEXT_LINE):
+        return None
+    try:
+        text = json.loads(first_line.removeprefix(_GRAMMAR_TEXT_LINE))
+    except json.JSONDecodeError:
+        return None
+    return text if isinstance(text, str) else None
 
 
 def token_ids_of(response: dict, choice: int = 0) -> list[int] | None:
@@ -271,23 +306,26 @@ def _decodes_to(tokenizer: ServerTokenizer, token_ids: Sequence[int], text: str)
     return bool(token_ids) and tokenizer.detokenize(token_ids[:-1]) == text or tokenizer.detokenize(token_ids) == text
 
 
-def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str | None = None) -> None:
-    """Send one small forced request; raise ForcingUnsupported with the reason if the server cannot
-    force, ServerRefused (an HTTP error about the setup) or OSError/ValueError if it cannot tell."""
-    body = {
-        "model": model,
-        "messages": [{"role": "user", "content": "Say ok."}],
-        "max_tokens": 64,
-        "temperature": 0,
-        **forcing_extra_body(PROBE_TEXT),
-    }
-    try:
-        response = _post_json(root_url + "/v1/chat/completions", body, timeout, api_key)
-    except urllib.error.HTTPError as error:
-        if error.code in REFUSED_FORCING_STATUSES:
-            raise ForcingUnsupported(f"the server refused a forced request: {http_error_text(error)}") from error
-        raise ServerRefused(http_error_text(error)) from error
+def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str | None = None,
+                  fields: Callable[[str, ServerTokenizer], dict] = lambda text, tokenizer: forcing_extra_body(text)) -> None:
+    """Send one small forced request (its forcing `fields` for the probe text, made with the server's
+    tokenizer where needed; default: the regex); raise ForcingUnsupported with the reason if the
+    server cannot force, ServerRefused (an HTTP error about the setup) or OSError/ValueError if it
+    cannot tell."""
     with ServerTokenizer(root_url, model, api_key, timeout) as tokenizer:
+        body = {
+            "model": model,
+            "messages": [{"role": "user", "content": "Say ok."}],
+            "max_tokens": 64,
+            "temperature": 0,
+            **fields(PROBE_TEXT, tokenizer),
+        }
+        try:
+            response = _post_json(root_url + "/v1/chat/completions", body, timeout, api_key)
+        except urllib.error.HTTPError as error:
+            if error.code in REFUSED_FORCING_STATUSES:
+                raise ForcingUnsupported(f"the server refused a forced request: {http_error_text(error)}") from error
+            raise ServerRefused(http_error_text(error)) from error
         problems = verify_forced_output(tokenizer, PROBE_TEXT, token_ids_of(response))
     if problems:
         raise ForcingUnsupported(

@@ -162,10 +162,10 @@ def _excerpt(pair: Pair, difference: Difference) -> dict[str, Any]:
     request = None
     if transcript is not None:
         request = {k: v for k, v in transcript.request.items() if k not in EXCERPT_REQUEST_SKIP}
-        if transcript.forced and transcript.request.get("structured_outputs"):
-            from conformance.forcing import forced_text
+        if transcript.forced:
+            from conformance.profiles import profile_record
 
-            request["forced output"] = forced_text(transcript.request["structured_outputs"].get("regex", ""))
+            request["forced output"] = profile_record(transcript.profile).forcing.forced_text(transcript.request)
     return {"request": request,
             **{side: answer_summary(pair.transcripts.get(side)) for side in SIDES}}
 

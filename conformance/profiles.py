@@ -34,7 +34,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from conformance.forcing import ForcingUnsupported, ServerTokenizer, forced_text, forcing_extra_body, probe_forcing
+from conformance.forcing import (
+    ForcingUnsupported,
+    ServerTokenizer,
+    forced_text,
+    forcing_extra_body,
+    probe_forcing,
+    token_grammar_body,
+    token_grammar_text,
+)
 from conformance.runtimes import CurrentInterpreter, Runtime
 from conformance.runtimes.vllm_rs import VllmRustFrontend
 
@@ -42,18 +50,27 @@ from conformance.runtimes.vllm_rs import VllmRustFrontend
 # --- how to force an exact output ----------------------------------------------------------------
 
 
+Tokenize = Callable[[str], list[int]]
+FORCED_REQUEST_KEYS = ("structured_outputs", "return_token_ids")
+
+
 class ForcingMethod(Protocol):
     """How the engine makes a profile's server emit a case's exact raw output and checks it did.
 
     `request_fields` are merged into the request body (`request` is the case's request, for a method
-    that needs the prompt); it raises ForcingUnsupported or ValueError for a text it cannot force.
+    that needs the prompt; `tokenize` gives the server tokenizer's ids of a text, for a method that
+    names tokens, raising `conformance.forcing.TokensUnavailable` when the server cannot tell); it
+    raises ForcingUnsupported or ValueError for a text it cannot force. `request_keys` are the body
+    fields it sets (a recording is compared with today's case on the others, and on `forced_text`).
     `probe` sends one small forced request (raises ForcingUnsupported when the server cannot force,
     `conformance.forcing.ServerRefused`/OSError/ValueError when it cannot tell). `tokenizer` is the
     server's tokenizer that verifies the returned token ids (`conformance.forcing.verify_forced_output`).
     `forced_text` reads the raw text back out of a recorded request (for reports; None: not forced).
     """
 
-    def request_fields(self, raw_text: str, request: Mapping[str, Any]) -> dict[str, Any]: ...
+    request_keys: tuple[str, ...]
+
+    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenize: Tokenize) -> dict[str, Any]: ...
 
     def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None: ...
 
@@ -67,7 +84,9 @@ class RegexForcing:
     """vLLM structured outputs: `structured_outputs.regex` matching exactly the text, token ids
     returned and verified through the server's /tokenize and /detokenize."""
 
-    def request_fields(self, raw_text: str, request: Mapping[str, Any]) -> dict[str, Any]:
+    request_keys = FORCED_REQUEST_KEYS
+
+    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenize: Tokenize) -> dict[str, Any]:
         return forcing_extra_body(raw_text)
 
     def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
@@ -82,12 +101,37 @@ class RegexForcing:
 
 
 @dataclass(frozen=True)
+class TokenGrammarForcing:
+    """vLLM structured outputs with llguidance: `structured_outputs.grammar`, a lark grammar naming
+    each token id the server's /tokenize gives for the text (so added tokens such as `<think>` are
+    forced as themselves, where a regex over their text fails inside llguidance), the text kept in
+    the grammar's first line, a comment; the returned ids are verified as for RegexForcing."""
+
+    request_keys = FORCED_REQUEST_KEYS
+
+    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenize: Tokenize) -> dict[str, Any]:
+        return token_grammar_body(raw_text, tokenize(raw_text))
+
+    def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
+        probe_forcing(root_url, model, timeout, api_key,
+                      fields=lambda text, tokenizer: token_grammar_body(text, tokenizer.tokenize(text)))
+
+    def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
+        return ServerTokenizer(root_url, model, api_key, timeout)
+
+    def forced_text(self, request: Mapping[str, Any]) -> str | None:
+        grammar = (request.get("structured_outputs") or {}).get("grammar")
+        return token_grammar_text(grammar) if isinstance(grammar, str) else None
+
+
+@dataclass(frozen=True)
 class NoForcing:
     """A server with no known way to force outputs: its forced cases are skipped with `reason`."""
 
     reason: str
+    request_keys = ()
 
-    def request_fields(self, raw_text: str, request: Mapping[str, Any]) -> dict[str, Any]:
+    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenize: Tokenize) -> dict[str, Any]:
         raise ForcingUnsupported(self.reason)
 
     def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
@@ -190,7 +234,7 @@ VLLM_ENV = MappingProxyType({"VLLM_CPU_KVCACHE_SPACE": "1"})
 _PROCESS_PREFIX = re.compile(r"^\([\w.-]+ pid=\d+\)\s?")
 _EXCEPTION_LINE = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)\b:\s*.+$"  # SomeError: message
-    r"|^[\w.-]+: error: .+$"  # argparse: "api_server.py: error: argument --dtype: invalid choice: ..."
+    r"|^[\w.-]+(?: [\w-]+)?: error: .+$"  # argparse: "api_server.py: error: argument --dtype: ..." ("main.py serve: ...")
 )
 _PYDANTIC_VALUE_ERROR = re.compile(r"^\s*(?:Value|Type|Assertion) error, (?P<message>.+?)(?:\s+\[type=.*)?$")
 _GENERIC_ERRORS = ("Engine core initialization failed", "See root cause above", "validation error for ")
@@ -213,6 +257,25 @@ def find_vllm_error(log_text: str) -> str | None:
     specific = [line for line in exception_lines if not any(generic in line for generic in _GENERIC_ERRORS)]
     chosen = specific or exception_lines
     return chosen[-1] if chosen else None
+
+
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+_RUST_ERROR = re.compile(r"^\(RustFrontend pid=\d+\)\s+ERROR\s+.*?\[[^\]]+\]\s+(?P<message>.+)$")
+_RUST_CAUSE = re.compile(r"^\s+\d+: (?P<cause>.+)$")  # "Caused by these errors (recent errors listed first):"
+
+
+def find_vllm_rs_error(log_text: str) -> str | None:
+    """The most telling error line in a vllm-rs log (its colours removed): where the frontend failed
+    by itself, the root of its "Caused by" list (else its last ERROR message); where it only reports
+    that its managed Python engine exited, the engine's own line as `find_vllm_error` reads it."""
+    plain = _ANSI_ESCAPE.sub("", log_text).splitlines()
+    frontend_errors = [match.group("message") for line in plain if (match := _RUST_ERROR.match(line))]
+    engine_lines = [line for line in plain if not line.startswith("(RustFrontend ")]
+    causes = [match.group("cause") for line in engine_lines if (match := _RUST_CAUSE.match(line))]
+    last_error = frontend_errors[-1] if frontend_errors else None
+    if last_error and "engine exited" not in last_error:
+        return causes[-1] if causes else last_error
+    return find_vllm_error("\n".join(engine_lines)) or last_error
 
 
 def vllm_profile(name: str, flags: tuple[str, ...], description: str,
@@ -247,10 +310,11 @@ VLLM_RS_COMMON_FLAGS = ("--", *VLLM_COMMON_FLAGS)
 PROFILES["hf-rust"] = Profile(
     name="hf-rust", server_name="vLLM's Rust frontend",
     description="vLLM 0.32's Rust frontend (vllm-rs) with the checkpoint-driven hf parser",
-    launch=Launch(VLLM_RS_COMMAND, ("--tool-call-parser", "hf", "--reasoning-parser", "hf"), find_vllm_error,
+    launch=Launch(VLLM_RS_COMMAND, ("--tool-call-parser", "hf", "--reasoning-parser", "hf"), find_vllm_rs_error,
                   VLLM_RS_COMMON_FLAGS, VLLM_ENV, runtime=VllmRustFrontend("0.32.0", "0.32.0+cpu"),
                   log_prefix="vllm-rs"),
-    forcing=NoForcing("regex forcing fails inside llguidance on the checkpoint's added tokens (HTTP 500)"),
+    # A regex over the markers' text fails inside llguidance on the added tokens (HTTP 500).
+    forcing=TokenGrammarForcing(),
     version_probe=VersionProbe(), reasoning_field="reasoning",
     cors_advice=vllm_cors_advice("vLLM 0.32's Rust frontend"),
 )  # fmt: skip

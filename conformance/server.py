@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance.profiles import Launch, Profile, resolve_profile
+from conformance.runtimes import SetupError
 
 
 STOP_GRACE_SECONDS = 15.0
@@ -219,11 +220,13 @@ def start(
     port = port or free_port()
     log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="conformance-serve-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    command, env = server_command(profile, model, port, extra_args, python)
-    return ServerProcess(
-        profile, command, env, root_url=f"http://127.0.0.1:{port}",
-        log_path=log_dir / f"{_launch_of(profile).log_prefix}-{profile.name}-{port}.log",
-    )
+    log_path = log_dir / f"{_launch_of(profile).log_prefix}-{profile.name}-{port}.log"
+    try:
+        command, env = server_command(profile, model, port, extra_args, python)
+    except SetupError as error:  # e.g. the runtime's download failed: nothing was started
+        raise ServerStartError(f"cannot set up the {profile.name} server: {error}", server_error=None,
+                               log_path=log_path) from error
+    return ServerProcess(profile, command, env, root_url=f"http://127.0.0.1:{port}", log_path=log_path)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """Shared fixtures for the real-vLLM tier.
 
 - `tiny_checkpoint`: path of the `full` fixture checkpoint (built once per session).
-- `hf_server`, `legacy_server`: real vLLM 0.32 servers (`conformance.server.Server`: `.base_url`
+- `hf_server`, `legacy_server`, `hf_rust_server`: real vLLM 0.32 servers (hf-rust: its Rust frontend) (`conformance.server.Server`: `.base_url`
   ending in /v1, `.root_url`, `.model`, `.profile`, `.version`, `.args`, `.log_path`, `.pid`,
   `.startup_seconds`) serving the tiny checkpoint. Nothing starts until a test asks for a server;
   then every profile that some selected test needs starts at once (both start together, which
@@ -24,7 +24,7 @@ import pytest
 from conformance.fixture import build_fixture
 from conformance.server import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
 
-SERVER_FIXTURES = {"hf_server": "hf", "legacy_server": "legacy"}
+SERVER_FIXTURES = {"hf_server": "hf", "legacy_server": "legacy", "hf_rust_server": "hf-rust"}
 _profiles_needed: set[str] = set()
 _started_servers: list[Server] = []
 
@@ -80,7 +80,13 @@ class ServerPool:
 
     def _start_and_wait(self, profiles: list[str]) -> None:
         for name in profiles:  # in this (the main) thread: see conformance.server.start
-            self.processes[name] = start(name, self.model, log_dir=self.log_dir)
+            try:
+                self.processes[name] = start(name, self.model, log_dir=self.log_dir)
+            except ServerStartError as error:  # e.g. hf-rust's set-up failed: the others still start
+                self.outcomes[name] = error
+        profiles = [name for name in profiles if name in self.processes]
+        if not profiles:
+            return
         with ThreadPoolExecutor(len(profiles)) as pool:
             for name, outcome in zip(profiles, pool.map(self._wait, profiles)):
                 self.outcomes[name] = outcome
@@ -123,3 +129,8 @@ def hf_server(server_pool: ServerPool) -> Server:
 @pytest.fixture(scope="session")
 def legacy_server(server_pool: ServerPool) -> Server:
     return server_pool.get("legacy")
+
+
+@pytest.fixture(scope="session")
+def hf_rust_server(server_pool: ServerPool) -> Server:
+    return server_pool.get("hf-rust")

@@ -136,7 +136,7 @@ def test_recheck_refuses_to_judge_a_recording_of_a_changed_case(fake_run, cases)
     assert len(results) == 2 * len(SCENARIOS)
     assert results[("ok", "stream")].outcome == "error"
     assert results[("ok", "stream")].reason == (
-        "case 'ok' changed since it was recorded: the request differs in structured_outputs (the forced output)"
+        "case 'ok' changed since it was recorded: the request differs in the forced output"
     )
     assert results[("refuse", "non-stream")].reason == "case 'refuse' is not in the case set"
     assert results[("missing-index", "non-stream")].outcome == "pass"  # unchanged cases are judged as before

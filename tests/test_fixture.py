@@ -65,6 +65,7 @@ def test_variants_differ_only_in_the_response_template(checkpoints) -> None:
             "thinking-only": {"thinking", "content"},
             "tools-only": {"tool_calls", "content"},
             "reasoning-content": {"reasoning_content", "content", "tool_calls"},
+            "non-literal-pattern": {"thinking", "content", "tool_calls"},
         }[variant]
 
 

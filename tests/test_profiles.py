@@ -171,8 +171,9 @@ class FieldForcing:
     """A made-up forcing method: the text goes in a request field of its own; it cannot be verified."""
 
     probes: list = field(default_factory=list, compare=False)
+    request_keys = ("force_text",)
 
-    def request_fields(self, raw_text, request):
+    def request_fields(self, raw_text, request, tokenize):
         return {"force_text": raw_text}
 
     def probe(self, root_url, model, timeout, api_key):

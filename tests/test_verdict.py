@@ -255,6 +255,15 @@ def test_no_responses_api_is_a_skip_but_an_unknown_model_there_is_an_error(cases
         "transport: HTTP 404: The model `typo` does not exist."}
 
 
+def test_a_missing_responses_api_that_the_expectation_names_is_judged_not_skipped(tmp_path):
+    cases_dir = tmp_path / "cases"  # a profile known to have no Responses API says so: 404 is its answer
+    load_cases(cases_dir, CASES.replace("    hf:{GOOD_RESPONSES}".format(GOOD_RESPONSES=GOOD_RESPONSES),
+                                        "    hf:\n      error: {status: 404}"))
+    with fake_server(models=frozenset({"fake"})) as server:
+        assert cli(server.base_url, cases_dir, tmp_path / "out", "--case", "responses-call") == 0
+    assert {(r.outcome, r.skip_kind) for r in read_results(tmp_path / "out" / "results.jsonl")} == {("pass", None)}
+
+
 def test_an_unknown_profile_is_a_usage_error_before_anything_is_sent(cases_dir, tmp_path, capsys):
     with fake_server() as server:
         assert cli(server.base_url, cases_dir, tmp_path, profile="hff") == 2

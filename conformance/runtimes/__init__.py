@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Protocol
 
 
+class SetupError(RuntimeError):
+    """A runtime's set-up could not provide the server's executable (download refused, an archive
+    without the expected file, ...): the message says what and where."""
+
 
 def cache_root() -> Path:
     """The suite's download cache: $CONFORMANCE_CACHE, else $XDG_CACHE_HOME/hf-parser-conformance

@@ -23,14 +23,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from conformance.runtimes import Resolved, cache_root, exclusive
+from conformance.runtimes import Resolved, SetupError, cache_root, exclusive
 
 BINARY_MEMBER = "vllm/vllm-rs"
 DOWNLOAD_TIMEOUT_SECONDS = 1800.0
-
-
-class SetupError(RuntimeError):
-    """The set-up could not provide the runtime (download refused, wheel without the binary, ...)."""
 
 
 def binary_path(release: str, cache: Path | None = None) -> Path:
@@ -66,7 +62,8 @@ def _download_wheel(release: str, folder: Path) -> Path:
         raise SetupError(f"pip download vllm=={release} did not finish in {DOWNLOAD_TIMEOUT_SECONDS:.0f} s") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SetupError(f"pip download vllm=={release} failed: {last}")
+        raise SetupError(f"pip download vllm=={release} failed (the set-up fetches that wheel once from the "
+                         f"package index pip uses, e.g. $PIP_INDEX_URL): {last}")
     wheels = sorted(folder.glob("vllm-*.whl"))
     if not wheels:
         raise SetupError(f"pip download vllm=={release} left no wheel in {folder}")
