@@ -52,8 +52,18 @@ def targets_for(sides: Sequence[GateSide], checkpoint: Path | str | None, out_di
     one is stopped, released or not. `meanwhile` runs while the servers boot (say, imports for later)."""
     from conformance.server import ServerStartError, start
 
-    launched = {side.name: start(side.profile, checkpoint, log_dir=out_dir / side.name)
-                for side in sides if side.base_url is None}  # fmt: skip
+    launched: dict[str, Any] = {}
+    for side in sides:
+        if side.base_url is not None:
+            continue
+        try:
+            launched[side.name] = start(side.profile, checkpoint, log_dir=out_dir / side.name)
+        except BaseException as exc:  # a later side's set-up failed: the servers already started go too
+            for process in launched.values():
+                process.stop()
+            if isinstance(exc, ServerStartError):
+                raise GateSetupError(f"could not start the {side.name} server: {exc}") from exc
+            raise
     stopper = ThreadPoolExecutor(max(1, len(launched)))  # all at once: each waits for its engine to shut down
     stops: list[Any] = []
 

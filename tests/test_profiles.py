@@ -3,6 +3,7 @@ change, and a profile's expectation fallback decides which expectations judge it
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -14,6 +15,7 @@ from conformance.cli import main
 from conformance.driver import Target
 from conformance.engine import run
 from conformance.forcing import ServerTokenizer
+from conformance.gate_live import GateSetupError, GateSide, targets_for
 from conformance.profiles import (
     PROFILES,
     Launch,
@@ -25,7 +27,7 @@ from conformance.profiles import (
     launchable_profiles,
 )
 from conformance.report import html
-from conformance.runtimes import VirtualEnv
+from conformance.runtimes import SetupError, VirtualEnv
 from conformance.server import ServerStartError, descendant_pids, launch, pid_alive, server_command
 from tests.engine_helpers import load_cases, response_transcript
 from tests.fake_server import fake_server
@@ -257,3 +259,25 @@ def test_a_profile_without_fallback_gets_the_named_no_expectation_skip(fallback_
     legacy_only = replace(both, expect={"legacy": both.expect["legacy"]})
     missed = expectation_check(legacy_only, "hf-like", "from legacy")
     assert (missed.skip_kind, missed.reason) == ("no_expectation", "no expectation for profile hf-like nor its fallbacks hf")
+
+
+@dataclass(frozen=True)
+class FailingSetup:
+    """A runtime whose set-up step fails (say, its download was refused)."""
+
+    def resolve(self, python):
+        raise SetupError("the package index refused the download")
+
+
+def test_a_gate_side_that_cannot_be_set_up_stops_the_side_already_started(tmp_path, monkeypatch) -> None:
+    monkeypatch.setitem(PROFILES, "fake-server", fake_record(fake_venv(tmp_path / "venv")))
+    broken = fake_record(fake_venv(tmp_path / "venv2"), name="broken-setup")
+    monkeypatch.setitem(PROFILES, "broken-setup",
+                        replace(broken, launch=replace(broken.launch, runtime=FailingSetup())))
+    before = set(descendant_pids(os.getpid()))
+    sides = [GateSide("baseline", "fake-server"), GateSide("candidate", "broken-setup")]
+    with pytest.raises(GateSetupError, match="could not start the candidate server: .*refused the download"):
+        with targets_for(sides, "some/model", tmp_path / "gate", api_key="k", timeout=30, forcing={},
+                         checkpoint_revision=None):
+            pass
+    assert [pid for pid in set(descendant_pids(os.getpid())) - before if pid_alive(pid)] == []
