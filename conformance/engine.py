@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import sys
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,7 +28,7 @@ from conformance.driver import (
     request_body,
     send,
 )
-from conformance.forcing import VERIFIED_ENDPOINTS, ServerTokenizer
+from conformance.forcing import VERIFIED_ENDPOINTS, ForcingUnsupported, ServerTokenizer
 from conformance.profiles import PROFILES, expectation_for, profile_record
 from conformance.recording import make_header
 from conformance.report.stamp import make_stamp
@@ -141,8 +141,10 @@ class NotSent:
     reason: str
 
 
-def _forcing_for(case: Any, target: Target, natural: bool) -> tuple[dict[str, Any] | None, NotSent | None]:
-    """(extra body fields that force the case's output, or None; why it is not sent, or None)."""
+def _forcing_for(case: Any, target: Target, natural: bool,
+                 tokenizer: Callable[[], Any]) -> tuple[dict[str, Any] | None, NotSent | None]:
+    """(extra body fields that force the case's output, or None; why it is not sent, or None).
+    `tokenizer()` is the run's tokenizer of the profile's forcing method."""
     expectation = expectation_for(case, target.profile)
     if expectation is not None and expectation.skip is not None:
         return None, NotSent("declared", f"declared: {expectation.skip}")
@@ -151,12 +153,12 @@ def _forcing_for(case: Any, target: Target, natural: bool) -> tuple[dict[str, An
     if target.can_force is False:
         reason = f"server {target.shown_url} cannot force outputs: {target.cannot_force_reason or 'as told'}"
         return None, NotSent(target.cannot_force_kind, reason)
-    from conformance.forcing import ForcingUnsupported
-
     try:
-        forcing = profile_record(target.profile).forcing.request_fields(case.force, case.request)
+        forcing = profile_record(target.profile).forcing.request_fields(case.force, case.request, tokenizer())
     except (ForcingUnsupported, ValueError) as exc:
         return None, NotSent("unforceable_output", f"cannot force this output: {exc}")
+    except OSError as exc:  # a tokenizer that cannot be read
+        return None, NotSent(None, f"not sent: the forcing method's tokenizer cannot be loaded: {exc}")
     return forcing, NotSent(None, target.forcing_error) if target.forcing_error else None
 
 
@@ -226,12 +228,13 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript
         return None
 
 
-async def _verify_within(timeout: float, *args: Any) -> list[str] | None:
-    """`verify_forcing(*args)`, its /tokenize and /detokenize requests within `timeout` (else unverified)."""
+async def _verify_within(timeout: float, verify: Callable[..., list[str] | None], *args: Any) -> list[str] | None:
+    """`verify(*args)` (a forcing method's), its requests (vLLM: /tokenize and /detokenize) within
+    `timeout` (else unverified)."""
     from conformance.forcing import in_daemon_thread
 
     try:
-        return await in_daemon_thread(timeout, verify_forcing, *args)
+        return await in_daemon_thread(timeout, verify, *args)
     except TimeoutError:
         return None
 
@@ -297,8 +300,9 @@ async def run_async(
     allowed_skips = frozenset(allowed_skips) | implied_skip_kinds(target, natural)
     async with make_clients(target) as clients:
         if target.version is None:
+            record = profile_record(target.profile)
             target = replace(target, version=await fetch_server_version(
-                clients, target, profile_record(target.profile).version_probe))
+                clients, target, record.version_probe, record.runtime))
         target = await resolve_forcing(target, cases, natural)
         writers = None
         if out_dir is not None:
@@ -317,7 +321,7 @@ async def run_async(
                                                              target.timeout))
 
         async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
-            forcing, not_sent = _forcing_for(case, target, natural)
+            forcing, not_sent = _forcing_for(case, target, natural, tokenizer)
             if not_sent:
                 transcript = _not_sent(case, target, mode, repeat_index, not_sent, forcing)
             else:
@@ -325,8 +329,8 @@ async def run_async(
                     transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
                                             repeat=repeat_index)
                     if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
-                        transcript.forcing_problems = await _verify_within(target.timeout, tokenizer(), case,
-                                                                           transcript, markers)
+                        transcript.forcing_problems = await _verify_within(target.timeout, method.verify, tokenizer(),
+                                                                           case, transcript, markers)
             transcripts.append(transcript)
             if writers:
                 writers[0].write(transcript.to_dict())
@@ -402,8 +406,13 @@ def _recording_mismatch(case: Any, transcript: Transcript) -> str | None:
         return f"case {transcript.case_id!r} is not in the case set"
     if transcript.skip_reason:
         return None
-    forcing = (profile_record(transcript.profile).forcing.request_fields(case.force, case.request)
-               if transcript.forced and case.force is not None else None)
+    method = profile_record(transcript.profile).forcing
+    try:  # the forcing method's tokenizer for the recorded server (vLLM's asks it only to verify)
+        forcing = (method.request_fields(case.force, case.request, method.tokenizer(
+            transcript.server.base_url.removesuffix("/v1"), transcript.request.get("model", ""), None, 60))
+            if transcript.forced and case.force is not None else None)
+    except (ForcingUnsupported, ValueError, OSError) as exc:
+        return f"case {case.id!r}: the forced request cannot be made again to compare it with the recording: {exc}"
     if transcript.forced and case.force is None:
         return f"case {case.id!r} no longer forces an output; it was recorded with one"
     if not (transcript.forced or transcript.natural) and case.force is not None:

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import numpy as np
 
-VARIANTS: tuple[str, ...] = ("full", "no-template", "thinking-only", "tools-only", "reasoning-content")
+VARIANTS: tuple[str, ...] = ("full", "no-template", "thinking-only", "tools-only", "reasoning-content",
+                             "eos-closes-content")
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 MARKER_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
@@ -149,6 +150,11 @@ def response_template_for(variant: str) -> dict | None:
         # vLLM 0.32 serves only thinking/content/tool_calls: this name is refused at startup.
         renamed = {"thinking": "reasoning_content"}
         template["fields"] = {renamed.get(name, name): spec for name, spec in fields.items()}
+    elif variant == "eos-closes-content":
+        # `transformers serve` hands the decoded end token to the parser, which puts it in the
+        # implicit content field; a content field closing on it keeps it out (the server under test
+        # then parses what vLLM parses: vLLM drops the end token before its parser sees it).
+        fields["content"] = {"close": EOS_TOKEN}
     return template
 
 

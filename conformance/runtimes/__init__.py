@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Protocol
 
 
+class SetupError(RuntimeError):
+    """The set-up could not provide the runtime (download refused, wheel without the binary, a failed
+    install, ...): a launcher reports it as a server that could not start."""
+
 
 def cache_root() -> Path:
     """The suite's download cache: $CONFORMANCE_CACHE, else $XDG_CACHE_HOME/hf-parser-conformance

