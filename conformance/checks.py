@@ -425,7 +425,7 @@ def check_expected_error(transcript: Transcript, expected_error: Any) -> Check:
         return Check("expected_error", FAIL, EXPECTATION, reason="the request was accepted, expected a refusal",
                      expected=want, actual={"status": transcript.status})
     error = error_object(transcript.error_body)
-    got = {"status": transcript.status, "param": error.get("param"), "message": error.get("message")}
+    got = {"status": transcript.status, "param": error.get("param"), "message": error.get("message") or error.get("detail")}
     problems = []
     if want["status"] is not None and got["status"] != want["status"]:
         problems.append(f"status {got['status']} != {want['status']}")

@@ -297,8 +297,7 @@ async def send(
     path = "/responses" if case.endpoint == "responses" else "/chat/completions"
     try:
         async with asyncio.timeout(target.timeout):
-            response = await clients.api.post(path, body=body, cast_to=httpx2.Response,
-                                         options={"headers": {RAW_RESPONSE_HEADER: "stream"}})
+            response = await _post(clients, path, body)
             try:
                 transcript.status = response.status_code
                 if mode == "stream":
@@ -319,6 +318,25 @@ async def send(
         transcript.transport_error = target.redact(_describe(exc, target.timeout))
     transcript.duration = round(time.monotonic() - start, 6)
     return transcript
+
+
+async def _post(clients: Clients, path: str, body: dict[str, Any]) -> Any:
+    """POST the body, the response unread. A pooled connection that the server closed just before it
+    was reused (a read error before any byte of an answer: `transformers serve` closes its connection
+    after a 500) is tried once more on a new one, as openai-python's default retries would; a second
+    failure is recorded as it is."""
+    import httpx2
+    import openai
+
+    send = lambda: clients.api.post(path, body=body, cast_to=httpx2.Response,  # noqa: E731
+                                    options={"headers": {RAW_RESPONSE_HEADER: "stream"}})
+    try:
+        return await send()
+    except openai.APIConnectionError as exc:
+        if isinstance(exc, openai.APITimeoutError) or not isinstance(exc.__cause__, (httpx2.ReadError,
+                                                                                     httpx2.RemoteProtocolError)):
+            raise
+    return await send()
 
 
 async def _send_preflight(http: Any, target: Target, transcript: Transcript) -> None:
