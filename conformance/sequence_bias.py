@@ -6,8 +6,9 @@
 the forced token ids T (the checkpoint tokenizer's ids of the text, then the end-of-sequence token)
 are forced one step at a time: for step i the key is the w tokens before T[i] (the prompt's tail
 included, so even the first step has a context) plus T[i], biased by 1e6 (1e4 does not beat the tiny
-checkpoint's longest-token logits). w starts at 8 and grows until no context is followed by two
-different tokens. Greedy decoding then emits exactly T and stops on its end token.
+checkpoint's longest-token logits). w starts at 8 and grows, per step, until that context precedes
+no other step that wants another token (two equal tool calls need a context reaching back before
+the first). Greedy decoding then emits exactly T and stops on its end token.
 
 The keys need the prompt's token ids, and `transformers serve` has no tokenize route: the prompt is
 rendered here with the checkpoint's own tokenizer and chat template, from the messages as the
@@ -120,17 +121,22 @@ def forced_ids(tokenizer: CheckpointTokenizer, raw_text: str) -> list[int]:
 
 
 def bias_keys(prompt: Sequence[int], target: Sequence[int]) -> tuple[int, list[list[Any]]]:
-    """(context width w, the `sequence_bias` entries [[w tokens before T[i], T[i]], bias], one per
-    step in order, a repeated one repeated) forcing `target` after `prompt`, w the smallest from
-    FIRST_CONTEXT_WIDTH up with no context followed by two different tokens."""
+    """(the widest context used, the `sequence_bias` entries [[context, T[i]], bias], one per step in
+    order) forcing `target` after `prompt`. Each step's context is the shortest run of tokens before
+    it, from FIRST_CONTEXT_WIDTH up, that precedes no other step with another next token (so no key
+    fires where it must not); ValueError when even the whole sequence before a step does."""
     sequence = [*prompt, *target]
-    start = len(prompt)
-    for width in range(FIRST_CONTEXT_WIDTH, start + 1):
-        steps = [(tuple(sequence[i - width:i]), sequence[i]) for i in range(start, len(sequence))]
-        following: dict[tuple[int, ...], int] = {}
-        if all(following.setdefault(context, token) == token for context, token in steps):
-            return width, [[[*context, token], FORCING_BIAS] for context, token in steps]
-    raise ValueError(f"no context of up to {start} prompt tokens tells the forced steps apart")
+    steps = range(len(prompt), len(sequence))
+    keys, widest = [], 0
+    for i in steps:
+        rivals = [j for j in steps if sequence[j] != sequence[i]]
+        width = next((w for w in range(FIRST_CONTEXT_WIDTH, i + 1)
+                      if all(j < w or sequence[j - w:j] != sequence[i - w:i] for j in rivals)), None)
+        if width is None:
+            raise ValueError(f"no run of tokens before forced step {i - len(prompt)} tells it apart from another")
+        keys.append([[*sequence[i - width:i], sequence[i]], FORCING_BIAS])
+        widest = max(widest, width)
+    return widest, keys
 
 
 def generation_config_field(tokenizer: CheckpointTokenizer, raw_text: str, request: Mapping[str, Any]) -> dict:
