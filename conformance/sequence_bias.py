@@ -27,6 +27,7 @@ the end token does not come at that count; the text the server parsed is judged 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -108,6 +109,12 @@ class CheckpointTokenizer:
         """Nothing to release (the protocol's tokenizers are closed at the end of a run)."""
 
 
+@functools.lru_cache(maxsize=4)
+def _cached_tokenizer(model: str) -> CheckpointTokenizer:
+    """One tokenizer per checkpoint for reading recorded requests back (a report reads many)."""
+    return CheckpointTokenizer(model)
+
+
 def forced_ids(tokenizer: CheckpointTokenizer, raw_text: str) -> list[int]:
     """The ids forced for `raw_text`: the tokenizer's own, each marker one token, then the end token."""
     ids = tokenizer.tokenize(raw_text)
@@ -156,7 +163,7 @@ def forced_text_of(request: Mapping[str, Any], tokenizer: CheckpointTokenizer | 
         keys = config["sequence_bias"] if isinstance(config, dict) else None
         if not isinstance(keys, list):
             return None
-        tokenizer = tokenizer or CheckpointTokenizer(str(request.get("model")))
+        tokenizer = tokenizer or _cached_tokenizer(str(request.get("model")))
         steps = [key[0][-1] for key in keys]  # one key per step, in order
         end = config.get("eos_token_id") or []
         return tokenizer.detokenize([token for token in steps if token not in end])
