@@ -45,6 +45,12 @@ class CheckpointAudit:
     warnings: list[str] = field(default_factory=list)
     position: int = 0  # place in the requested order
     startup_error: str | None = None  # vLLM fails reading the files themselves, whatever the flags
+    # Offline checks (conformance/offline.py): what they read, and their records for the report.
+    tokenizer_config: dict | None = field(default=None, repr=False)
+    file_paths: dict[str, Path] = field(default_factory=dict, repr=False)
+    roundtrip: dict | None = None
+    implementations: dict | None = None
+    offline_findings: list[Finding] = field(default_factory=list)
 
     @property
     def vllm_0_32(self) -> dict[str, StartupVerdict] | None:
@@ -54,7 +60,7 @@ class CheckpointAudit:
 
     @property
     def findings(self) -> tuple[Finding, ...]:
-        return self.template.findings if self.template is not None else ()
+        return (self.template.findings if self.template is not None else ()) + tuple(self.offline_findings)
 
     @property
     def unmet_expectations(self) -> list[str]:
@@ -73,6 +79,7 @@ class CheckpointAudit:
 
 
 def _analyze(audit: CheckpointAudit, tokenizer_config: dict) -> CheckpointAudit:
+    audit.tokenizer_config = tokenizer_config
     try:
         audit.template = analyze_template(tokenizer_config)
     except TemplateAnalysisTimeout as exc:
@@ -98,7 +105,8 @@ def audit_local(directory: Path) -> CheckpointAudit:
         audit.status, audit.error = hub.NOT_FOUND, f"{config_path}: no such file"
         return audit
     try:
-        tokenizer_config = hub.read_checkpoint_files({name: directory / name for name in audit.files})
+        audit.file_paths = {name: directory / name for name in audit.files}
+        tokenizer_config = hub.read_checkpoint_files(audit.file_paths)
     except hub.FetchError as exc:
         audit.status, audit.error, audit.startup_error = exc.kind, f"{directory}/{exc}", exc.startup_error
         return audit
@@ -109,7 +117,7 @@ def _audit_fetched(fetched: hub.FetchedCheckpoint, entry: CheckpointEntry, posit
     audit = CheckpointAudit(
         id=entry.repo, source="hub", revision=entry.revision, commit=fetched.commit, status=fetched.status,
         error=fetched.error, files=list(fetched.files), expect=dict(entry.expect), position=position,
-        startup_error=fetched.startup_error,
+        startup_error=fetched.startup_error, file_paths=dict(fetched.files),
         warnings=[warning] if (warning := revision_warning(entry)) else [],
     )
     if fetched.tokenizer_config is None:

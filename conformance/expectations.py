@@ -26,6 +26,13 @@ from conformance.diff import Difference
 
 SHIPPED_DIR = Path(__file__).resolve().parent / "shipped_expectations"
 DEFAULT_PAIR_FILE = SHIPPED_DIR / "vllm-0.32-legacy-to-hf.yaml"  # the expectations of the default gate
+# The shipped expectations of a (baseline, candidate) profile pair: a gate's default for that pair.
+SHIPPED_PAIRS: dict[tuple[str, str], Path] = {("legacy", "hf"): DEFAULT_PAIR_FILE}
+
+
+def shipped_expectations(baseline: str | None, candidate: str | None) -> Path | None:
+    """The expectations file shipped for gating `baseline` -> `candidate` (None: none ships)."""
+    return SHIPPED_PAIRS.get((str(baseline), str(candidate)))
 
 
 class ExpectationsError(ValueError):

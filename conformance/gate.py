@@ -65,8 +65,10 @@ def read_run_dir(run_dir: Path, label: str | None = None) -> Recording:
 
 
 def build_gate(baseline: Recording, candidate: Recording, entries: Sequence[Acknowledgement] = (), *,
-               strict: bool = False, cors: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The gate record of two recordings (see the module docstring and docs/gate-format.md)."""
+               strict: bool = False, cors: Mapping[str, Any] | None = None,
+               expectations: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The gate record of two recordings (see the module docstring and docs/gate-format.md);
+    `expectations` says where `entries` come from (`{"file": ..., "note": ...}`)."""
     from conformance import __version__
 
     pairs = pair_runs((baseline.transcripts, baseline.results), (candidate.transcripts, candidate.results))
@@ -81,7 +83,8 @@ def build_gate(baseline: Recording, candidate: Recording, entries: Sequence[Ackn
         "suite_version": __version__,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "origin": cors.get("origin") if cors else None,
-        "sides": {side: _side(recording) for side, recording in zip(SIDES, (baseline, candidate))},
+        "sides": {side: _side(recording, cors) for side, recording in zip(SIDES, (baseline, candidate))},
+        "expectations": dict(expectations) if expectations else None,
         "verdict": _verdict(pairs, matched, stale, newly_failing, (baseline, candidate), strict),
         "differences": [
             {**difference.to_dict(), "id": difference.key,
@@ -102,11 +105,15 @@ def exit_code_of(gate: Mapping[str, Any]) -> int:
     return int(gate["verdict"]["exit_code"])
 
 
-def _side(recording: Recording) -> dict[str, Any]:
+def _side(recording: Recording, cors: Mapping[str, Any] | None) -> dict[str, Any]:
+    from conformance.profiles import cors_advice_for
+
     summary = summarize(recording.results)
+    profile = str(recording.stamp.get("profile") or recording.label)
     return {"label": recording.label, "run_dir": recording.run_dir, "stamp": dict(recording.stamp),
             "summary": {"counts": summary.counts, "total": summary.total},
-            "startup_seconds": recording.startup_seconds}
+            "startup_seconds": recording.startup_seconds,
+            "cors_advice": cors_advice_for(profile, str(cors.get("origin"))) if cors and cors.get("origin") else None}
 
 
 def _acknowledgement(entry: Acknowledgement | None, difference: Difference,

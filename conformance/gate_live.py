@@ -23,7 +23,6 @@ from conformance.driver import Target, make_clients, send
 from conformance.engine import RunOutput, markers_for_checkpoint, run_async, write_reports
 from conformance.gate import Recording
 
-DEFAULT_BASELINE, DEFAULT_CANDIDATE = "legacy", "hf"
 DEFAULT_ORIGIN = "http://localhost:3000"
 
 

@@ -233,6 +233,9 @@ class Profile:
     ends_stream_with_done: bool = True
     # The variant of the tiny checkpoint (`conformance.fixture.VARIANTS`) it is launched on.
     fixture_variant: str = "full"
+    # What to do so that browsers on `{origin}` may call the server, when its preflight refuses them
+    # (`backticks` are code; `{origins}` is filled with a JSON list holding the origin). None: no advice known.
+    cors_advice: str | None = None
 
     @property
     def server_args(self) -> tuple[str, ...]:
@@ -257,6 +260,15 @@ VLLM_COMMON_FLAGS: tuple[str, ...] = (
     "--enforce-eager",
     "--dtype", "float32",
 )  # fmt: skip
+
+
+def vllm_cors_advice(server: str) -> str:
+    """Both vLLM 0.32 frontends: `--allowed-origins` (a JSON list) defaults to [], no cross-origin access."""
+    return (f"{server} refuses cross-origin browser access by default (`--allowed-origins` defaults to `[]`). "
+            "To let browsers on `{origin}` call it, start it with `--allowed-origins '{origins}'` (a JSON list), "
+            "or serve the app and the API from one origin behind a proxy.")
+
+
 # GiB of KV cache on CPU builds, where the default would take a large share of the machine's memory.
 VLLM_ENV = MappingProxyType({"VLLM_CPU_KVCACHE_SPACE": "1"})
 
@@ -296,7 +308,7 @@ def vllm_profile(name: str, flags: tuple[str, ...], description: str,
         name=name, description=description, server_name="vLLM",
         launch=Launch(VLLM_COMMAND, flags, find_vllm_error, VLLM_COMMON_FLAGS, VLLM_ENV, log_prefix="vllm"),
         forcing=RegexForcing(), version_probe=VersionProbe(), reasoning_field="reasoning",
-        expectation_fallback=expectation_fallback,
+        expectation_fallback=expectation_fallback, cors_advice=vllm_cors_advice("vLLM 0.32"),
     )  # fmt: skip
 
 
@@ -326,6 +338,7 @@ PROFILES["hf-rust"] = Profile(
                   log_prefix="vllm-rs"),
     forcing=NoForcing("regex forcing fails inside llguidance on the checkpoint's added tokens (HTTP 500)"),
     version_probe=VersionProbe(), reasoning_field="reasoning",
+    cors_advice=vllm_cors_advice("vLLM 0.32's Rust frontend"),
 )  # fmt: skip
 
 
@@ -356,7 +369,14 @@ PROFILES["transformers-serve"] = Profile(
     version_probe=CommandVersionProbe(("{python}", "-c", "import transformers; print(transformers.__version__)")),
     reasoning_field="reasoning_content", expectation_fallback=(), ends_stream_with_done=False,
     fixture_variant="eos-closes-content",
+    cors_advice="start `transformers serve` with `--enable-cors` (permissive: it then allows every origin, "
+                "`{origin}` among them)",
 )  # fmt: skip
+def cors_advice_for(name: str, origin: str) -> str | None:
+    """Profile `name`'s CORS advice for a browser app on `origin` (None: the record has none)."""
+    advice = profile_record(name).cors_advice
+    fill = {"{origin}": origin, "{origins}": json.dumps([origin])}
+    return advice and re.sub(r"\{origins?\}", lambda m: fill[m.group()], advice)
 
 
 def launchable_profiles() -> list[str]:

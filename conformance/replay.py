@@ -224,7 +224,8 @@ class _ChunkFeed:
         first chunk for it creates it, with fewer fields set) and has no finish_reason, and arguments
         go to the call the last delta was for (otherwise a chunk fires "done" events, which set fields
         the next chunk's rebuild drops), of a request without strict tools (their partial arguments
-        are parsed at every chunk, which may fail at a cut a joined chunk does not have). Rebuilding a
+        are parsed at every chunk, which may fail at a cut a joined chunk does not have), and every call
+        so far has its name (see `_calls_are_named`). Rebuilding a
         message from its own dump gives the same message as long as every chunk so far fit the SDK's
         types exactly (not claimed for broken streams: their chunks are all fed)."""
         if not (self.started and self.all_exact):
@@ -232,7 +233,15 @@ class _ChunkFeed:
         if call_index is not None and (self.strict_tools or call_index != self.current_call):
             return False
         choices = self.state.current_completion_snapshot.choices
-        return bool(choices) and not choices[0].finish_reason
+        return bool(choices) and not choices[0].finish_reason and _calls_are_named(choices[0].message)
+
+
+def _calls_are_named(message: Any) -> bool:
+    """Whether every tool call of a snapshot message has a function with its name set: a call
+    begun by a delta without a name gets `name: None` at the next chunk's rebuild, which one joined
+    chunk would skip."""
+    return all(call.function is not None and "name" in call.function.model_fields_set
+               for call in message.tool_calls or ())
 
 
 def _joined(run: Sequence[tuple[Mapping[str, Any], _Appended]], call_index: int | None) -> dict[str, Any]:

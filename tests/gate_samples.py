@@ -8,6 +8,8 @@ import copy
 import statistics
 from typing import Any
 
+from conformance.profiles import cors_advice_for
+
 HOSTILE = "</script><script>alert(1)</script> <tool_call>{\"a\": 1}</tool_call> | `x` ``` $x$ ]]> \"q' &amp;\x00\x1b\u2028\ud800\n::error::boom %0A"
 
 
@@ -138,8 +140,10 @@ def full_gate() -> dict[str, Any]:
             "candidate": {"label": "hf", "run_dir": "candidate",
                           "stamp": dict(_stamp("hf", 8002, ["--tool-call-parser", "hf", "--reasoning-parser", "hf"]),
                                         model="/tmp/tiny " + HOSTILE),
-                          "summary": {"counts": {"pass": 146, "fail": 1, "skip": 0, "error": 0}, "total": 147}},
+                          "summary": {"counts": {"pass": 146, "fail": 1, "skip": 0, "error": 0}, "total": 147},
+                          "cors_advice": cors_advice_for("hf", "http://localhost:3000")},
         },
+        "expectations": {"file": "expect.yaml", "note": "given with --expect"},
         "verdict": {"exit_code": 1, "outcome": "fail",
                     "line": f"{unacknowledged} unacknowledged differences, 2 acknowledged, 1 stale, 1 newly failing",
                     "unacknowledged": unacknowledged, "acknowledged": 2, "stale": 1, "newly_failing": 1},

@@ -344,3 +344,27 @@ def test_compare_and_gate_usage_errors_exit_2_naming_what_is_wrong(cases_dir, tm
         typo = write(tmp_path, "acknowledge:\n  - {case: okk, kind: message, reason: a case id with a typo}\n", "t.yaml")
         assert main(_gate_args(one, one, cases_dir, tmp_path / "g2", "--expect", str(typo))) == 2
         assert "t.yaml:2: case: unknown case id 'okk'" in capsys.readouterr().err
+
+
+def test_the_default_expectations_are_the_file_shipped_for_the_profile_pair_else_none(cases_dir, tmp_path, monkeypatch):
+    from conformance import expectations
+
+    with fake_server() as one, fake_server() as other:
+        for profile, side in (("legacy", "a"), ("hf", "b")):
+            main(["run", "--base-url", (one if side == "a" else other).base_url, "--model", "fake", "--profile", profile,
+                  "--cases", str(cases_dir), "--forcing", "trust", "--out", str(tmp_path / side)])
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "ab")]) == 0
+    shipped = json.loads((tmp_path / "ab" / "gate.json").read_text())
+    assert shipped["expectations"] == {"file": expectations.DEFAULT_PAIR_FILE.name, "note": "shipped for legacy -> hf"}
+    assert shipped["stale"]  # its entries were applied (none of them meets these two fake cases)
+    assert main(["compare", str(tmp_path / "b"), str(tmp_path / "a"), "--out", str(tmp_path / "ba")]) == 0
+    reverse = json.loads((tmp_path / "ba" / "gate.json").read_text())
+    assert reverse["expectations"]["file"] is None and reverse["stale"] == []
+    assert reverse["expectations"]["note"].startswith("no expectations ship for hf -> legacy: nothing is acknowledged")
+    assert "Expectations: none (no expectations ship for hf -\\> legacy" in (tmp_path / "ba" / "report.md").read_text()
+    # A file shipped for that pair is its default: the lookup is by (baseline, candidate), not a fixed switch.
+    own = write(tmp_path, "acknowledge:\n  - {case: ok, kind: message, reason: a difference these runs do not have}\n")
+    monkeypatch.setitem(expectations.SHIPPED_PAIRS, ("hf", "legacy"), own)
+    assert main(["compare", str(tmp_path / "b"), str(tmp_path / "a"), "--out", str(tmp_path / "ba2"), "--strict"]) == 1
+    again = json.loads((tmp_path / "ba2" / "gate.json").read_text())
+    assert again["expectations"]["file"] == own.name and [s["source"] for s in again["stale"]] == ["expect.yaml:2"]

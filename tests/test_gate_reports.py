@@ -22,6 +22,7 @@ from markdown_it import MarkdownIt
 from PIL import Image
 
 from conformance.report import gate_actions, gate_annotations, gate_chart, gate_html, gate_junit, gate_markdown, gate_view
+from conformance.profiles import cors_advice_for
 from conformance.report.gate import write_gate_reports
 from tests.chromium_cdp import CHROMIUM, Chromium
 from tests.gate_samples import HOSTILE, full_gate, huge_gate, passing_gate
@@ -249,11 +250,20 @@ def test_cors_section_tells_browser_clients_what_each_server_allows():
     assert "| access-control-max-age | `600` | `absent` |" in text  # header names compared case-insensitively
     assert "cannot call `hf` directly" in text
     assert "start it with `--allowed-origins '[\"http://localhost:3000\"]'`" in text
+    assert "vLLM 0.32 refuses cross-origin browser access by default" in text  # the candidate record's advice
+    # The advice is the candidate's own (another record, another text), and a record without one gets a generic line.
+    gate["sides"]["candidate"].update(label="hf-rust", cors_advice=cors_advice_for("hf-rust", "http://localhost:3000"))
+    text = gate_markdown.render(gate)
+    assert "vLLM 0.32's Rust frontend refuses cross-origin browser access" in text and "vLLM 0.32 refuses" not in text
+    gate["sides"]["candidate"].update(label="other", cors_advice=None)
+    text = gate_markdown.render(gate)
+    assert "--allowed-origins" not in text and "allow the origin in its CORS settings" in text
+    # Once the candidate lets the origin in, there is nothing to do, whatever the baseline did.
+    gate["sides"]["candidate"].update(label="hf", cors_advice=cors_advice_for("hf", "http://localhost:3000"))
     gate["cors"]["candidate"] = {"status": 200, "headers": {"Access-Control-Allow-Origin": "http://localhost:3000"}, "body": "OK"}
     text = gate_markdown.render(gate)
     assert "may call `hf` directly" in text and "cannot call `legacy` directly" in text
-    gate["cors"]["baseline"] = {"status": 200, "headers": {"access-control-allow-origin": "*"}, "body": "OK"}
-    assert "--allowed-origins" not in gate_markdown.render(gate)
+    assert "--allowed-origins" not in text and "CORS settings" not in text
 
 
 # ---- timing.png ---------------------------------------------------------------------------------
@@ -429,6 +439,60 @@ def test_html_in_headless_chromium_shows_the_table_and_the_chart_and_opens_fragm
     assert browser.evaluate("document.getElementById('case-tools-empty').nextElementSibling.hidden") is False
     browser.evaluate("document.querySelector('#case-tools-empty button.toggle').click()")
     assert browser.evaluate("document.getElementById('case-tools-empty').nextElementSibling.hidden") is True
+
+
+def _huge_gate_with_ids() -> dict:
+    gate = huge_gate()
+    for d in gate["differences"]:  # as build_gate writes them
+        d["id"] = f"{d['case_id']}-{d['mode']}-{d['kind']}" + (f"-{d['field']}" if d["field"] else "")
+    return gate
+
+
+def test_html_of_a_huge_gate_shows_the_first_differences_of_each_kind_in_full_and_counts_the_rest(monkeypatch):
+    gate = _huge_gate_with_ids()
+    page = gate_html.render(gate)
+    with monkeypatch.context() as uncapped:
+        uncapped.setattr(gate_html, "MAX_IN_FULL_PER_KIND", len(gate["differences"]))
+        everything = gate_html.render(gate)  # 25 MB
+    assert len(page.encode()) < min(8 * 1024 * 1024, len(everything.encode()) // 3)
+    parsed = _parse(page)
+    ids = {a["id"] for _, a in parsed.tags if a.get("id")}
+    divs = {a["id"]: a.get("class") for t, a in parsed.tags if t == "div" and a.get("id")}
+    cap = gate_html.MAX_IN_FULL_PER_KIND
+    seen: dict[str, int] = {}
+    groups = gate_view.difference_groups(gate)
+    left_out = set()
+    for group in groups:  # unacknowledged first, then case order
+        seen[group.kind] = seen.get(group.kind, 0) + 1
+        if seen[group.kind] <= cap:
+            assert divs[group.anchor] == "diff", group.anchor
+        elif group.anchor in divs:
+            assert divs[group.anchor] == "diff brief"
+        else:
+            left_out.add(group.case_id)
+    assert left_out and all(count > cap for count in seen.values())
+    brief = sum(count - cap for count in seen.values())
+    assert f"the other {brief} (case, mode, kind) rows" in page
+    note = page[page.index("id='size-cap'"):page.index("</div>", page.index("id='size-cap'"))]
+    assert f"{len(left_out)} cases without a row on this page" in note
+    assert all(f"<code>{h}</code>" in note for h in left_out)
+    # No row of a left-out case, no link into nothing.
+    assert not any(gate_view.anchor("case", case_id) in ids for case_id in left_out)
+    hrefs = [a["href"][1:] for t, a in parsed.tags if t == "a"]
+    assert hrefs and set(hrefs) <= ids
+    # A gate within the cap shows everything in full and says nothing about a cap.
+    assert "size-cap" not in gate_html.render(full_gate())
+
+
+def test_html_of_a_huge_gate_opens_in_headless_chromium(browser, tmp_path):
+    path = tmp_path / "report.html"
+    path.write_text(gate_html.render(_huge_gate_with_ids()), encoding="utf-8")
+    browser.open(path.as_uri())
+    assert browser.evaluate("document.body.dataset.ready") == "yes"
+    rows = browser.evaluate("document.querySelectorAll('tr.case').length")
+    assert 0 < rows < len(huge_gate()["behaviours"])
+    assert browser.evaluate("document.getElementById('shown').textContent") == f"{rows} of {rows} behaviour rows shown"
+    assert browser.evaluate(_visible("#size-cap"))
 
 
 # ---- junit.xml ----------------------------------------------------------------------------------

@@ -126,6 +126,9 @@ tools = st.sampled_from([[], [{"type": "function", "function": {"name": "get_wea
 @given(stream, tools)
 # text after the finish reason: the first such chunk sets `parsed`, which the next one drops
 @example([ROLE, chat_chunk({}, finish_reason="length"), chat_chunk({"content": "0"}), chat_chunk({})], [])
+# a call begun without a name: the next chunk's rebuild sets `name: None`, so the chunks after it are fed one by one
+@example([ROLE, chat_chunk({"tool_calls": [{"index": 0}]}), chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": ""}}]}),
+          chat_chunk({})], [])  # fmt: skip
 # no choice yet: the first text chunk creates it
 @example([{**ROLE, "choices": []}, chat_chunk({"content": "a"}), chat_chunk({"content": "b"})], [])
 def test_a_replay_ends_as_the_sdks_own_accumulator_ends(chunks: list[dict], tools: list[dict]) -> None:

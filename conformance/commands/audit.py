@@ -50,6 +50,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="seconds to wait for the Hub's answer (default: HF_HUB_ETAG_TIMEOUT or 10); each file, "
                              "retries included, must arrive within 3 times this")
+    from conformance.offline import DEFAULT_EXAMPLES, DEFAULT_SEED
+
+    parser.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES, metavar="N",
+                        help="round trip: N hypothesis examples per checkpoint with both a chat template and a "
+                             f"response_template (default {DEFAULT_EXAMPLES}; 0: off)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, metavar="N",
+                        help=f"round trip seed (default {DEFAULT_SEED}); the same seed finds the same examples")
+    parser.add_argument("--hypothesis-db", nargs="?", type=Path, const=Path("reports/hypothesis-db"), metavar="DIR",
+                        help="keep hypothesis's example database in DIR (default reports/hypothesis-db); "
+                             "without this option none is kept")
+    parser.add_argument("--implementations", metavar="all|NAME,...",
+                        help="parse the round trip's outputs and every shipped case's forced output with these "
+                             "implementations (transformers-5.16.1 ... transformers-5.24.0, vllm-0.32, vllm-0.33, "
+                             "sglang-0.5.23; `transformers` = every release) and report where they disagree")
     parser.set_defaults(func=run)
 
 
@@ -79,12 +93,25 @@ def _is_directory(path: Path) -> bool:
         return False
 
 
+def _offline_options(args: argparse.Namespace):
+    from conformance.implementations.registry import select
+    from conformance.offline import OfflineOptions
+
+    if args.examples < 0:
+        raise UsageError("--examples must be 0 or more")
+    implementations = select(args.implementations) if args.implementations is not None else None
+    database = args.hypothesis_db.resolve() if args.hypothesis_db is not None else None
+    return OfflineOptions(examples=args.examples, seed=args.seed, database=database,
+                          implementations=implementations)
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from conformance.audit import CHECKPOINT_FAULTS, audit_checkpoints, audit_local
     from conformance.checkpoints import CheckpointsError, revision_warning
     from conformance.hub import HubSettings
+    from conformance.offline import check as check_offline
     from conformance.progress import Progress
     from conformance.report.audit_report import STDOUT, AuditReportWriter, render_table
 
@@ -100,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json == STDOUT and args.markdown == STDOUT:
             raise UsageError("--json - and --markdown - would both write to standard output; give one a file")
         settings = HubSettings.from_env(args.timeout)
+        offline = _offline_options(args)
     except (CheckpointsError, UsageError, ValueError) as exc:  # ValueError: a bad HF_* environment variable
         print(f"error: {exc}", file=sys.stderr)
         return exit_codes.ERROR
@@ -114,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         with Progress(len(args.local) + len(entries), "audit") as progress:
             for directory in args.local:
                 audit = audit_local(directory)
+                check_offline(audit, offline)
                 audit.position = len(writer.audits)
                 writer.add(audit)
                 progress.advance(audit.id, f"{audit.id}: {audit.status}")
@@ -121,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 for audit in audit_checkpoints(entries, settings, workers=args.workers):
                     audit.position += offset
+                    check_offline(audit, offline)
                     writer.add(audit)
                     progress.advance(audit.id, f"{audit.id}: {audit.status}")
             except KeyboardInterrupt:
@@ -141,6 +171,8 @@ def run(args: argparse.Namespace) -> int:
     for checkpoint in report["checkpoints"]:
         for message in ([checkpoint["error"]] if checkpoint["error"] else []) + checkpoint["unmet_expectations"]:
             print(f"{checkpoint['id']}: {message}", file=log)
+    if offline.examples > 0:
+        print(f"round trip: seed {offline.seed} (the same --seed reproduces it)", file=log)
     for path in (args.json, args.markdown):
         if path is not None and path != STDOUT:
             print(f"wrote {path}", file=sys.stderr)

@@ -27,11 +27,13 @@ run in baseline/ and candidate/ (`conformance compare` re-judges those with no s
 
 A TARGET is a profile name (launched on --model, default the tiny checkpoint) or a server URL
 ending in /v1 (then give --baseline-model/--candidate-model and --baseline-profile/--candidate-profile,
-the profile whose expectations apply).
+the profile whose expectations apply). Any two profiles can be gated; the default expectations are
+the file shipped for that (baseline, candidate) pair if one ships, else none.
 
 examples:
   conformance gate
   conformance gate --no-expect                      # every legacy -> hf difference, unacknowledged
+  conformance gate --baseline hf --candidate hf-rust   # vLLM's Python frontend -> its Rust frontend
   conformance gate --baseline http://10.0.0.5:8000/v1 --baseline-model m --baseline-profile legacy \\
                    --candidate http://127.0.0.1:8001/v1 --candidate-model m --candidate-profile hf \\
                    --expect my-expectations.yaml
@@ -82,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _common(parser: argparse.ArgumentParser, default_out: str) -> None:
     expect = parser.add_mutually_exclusive_group()
     expect.add_argument("--expect", type=Path, metavar="FILE", help="expectations file acknowledging known differences "
-                        "(default for the legacy -> hf gate: the shipped one)")
+                        "(default: the file shipped for the two profiles, if one ships)")
     expect.add_argument("--no-expect", action="store_true", help="acknowledge nothing")
     parser.add_argument("--strict", action="store_true", help="stale acknowledgements fail the gate too")
     parser.add_argument("--out", type=Path, metavar="DIR", help=f"output directory (default: {default_out})")
@@ -97,14 +99,21 @@ def _stamp_time() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
-def _expectations(args: argparse.Namespace, default_pair: bool) -> list[Any]:
-    from conformance.expectations import DEFAULT_PAIR_FILE, load_expectations
+def _expectations(args: argparse.Namespace, pair: tuple[str, str] | None) -> tuple[list[Any], dict[str, Any]]:
+    """(the entries acknowledging differences, where they come from: gate.json's `expectations`).
+    Without --expect/--no-expect the default is the file shipped for the (baseline, candidate) profile
+    `pair`, if one ships (`pair` None: servers given by URL, no default)."""
+    from conformance.expectations import load_expectations, shipped_expectations
 
     if args.no_expect:
-        return []
+        return [], {"file": None, "note": "--no-expect: nothing is acknowledged"}
     if args.expect is not None:
-        return load_expectations(args.expect)
-    return load_expectations(DEFAULT_PAIR_FILE) if default_pair else []
+        return load_expectations(args.expect), {"file": str(args.expect), "note": "given with --expect"}
+    shipped = shipped_expectations(*pair) if pair else None
+    if shipped is None:
+        why = f"no expectations ship for {pair[0]} -> {pair[1]}" if pair else "servers given by URL have no default"
+        return [], {"file": None, "note": f"{why}: nothing is acknowledged (give --expect FILE)"}
+    return load_expectations(shipped), {"file": shipped.name, "note": f"shipped for {pair[0]} -> {pair[1]}"}
 
 
 def _check_selectors(entries: list[Any], recordings: list[Any], cases_dir: Path | None) -> list[str]:
@@ -160,15 +169,15 @@ def run_compare(args: argparse.Namespace) -> int:
 
     try:
         recordings = [read_run_dir(args.baseline), read_run_dir(args.candidate)]
-        default_pair = [r.stamp.get("profile") for r in recordings] == ["legacy", "hf"]
-        entries = _expectations(args, default_pair)
+        pair = (str(recordings[0].stamp.get("profile")), str(recordings[1].stamp.get("profile")))
+        entries, source = _expectations(args, pair)
     except (TranscriptError, ExpectationsError) as exc:
         return _error("compare", str(exc))
     problems = _check_selectors(entries, recordings, None)
     if problems:
         return _error("compare", "\n".join(problems))
     cors = _recorded_cors(args.candidate.parent)
-    gate = build_gate(*recordings, entries, strict=args.strict, cors=cors)
+    gate = build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source)
     return _finish(gate, args.out or args.candidate.resolve().parent / f"compare-{_stamp_time()}")
 
 
@@ -213,13 +222,13 @@ def run_gate(args: argparse.Namespace) -> int:
                           f"({', '.join(launchable_profiles())})")
     if args.concurrency < 1 or not args.timeout > 0:
         return _error("gate", "--concurrency must be at least 1 and --timeout a positive number of seconds")
-    default_pair = [(s.profile, s.base_url) for s in sides] == [("legacy", None), ("hf", None)]
+    launched = all(side.base_url is None for side in sides)
     try:
         unknown = sorted(set(args.feature) - set(load_features(args.cases)))
         if unknown:
             return _error("gate", f"unknown feature tag(s): {', '.join(unknown)}")
         cases = select_cases(load_suite(args.cases), args.case, args.feature)
-        entries = _expectations(args, default_pair)
+        entries, source = _expectations(args, (sides[0].profile, sides[1].profile) if launched else None)
     except (CaseFileError, ExpectationsError, ValueError) as exc:
         return _error("gate", str(exc))
     if not cases:
@@ -231,6 +240,7 @@ def run_gate(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     checkpoint, revision = _checkpoint(args, out_dir, sides)
     print(f"gate: {sides[0].profile} -> {sides[1].profile}, {len(cases)} cases; writing to {out_dir}", file=sys.stderr)
+    print(f"expectations: {source['file'] or 'none'} ({source['note']})", file=sys.stderr)
     try:
         with targets_for(sides, checkpoint, out_dir, api_key=args.api_key, timeout=args.timeout,
                          forcing=forcing_fields(args.forcing), checkpoint_revision=revision,
@@ -239,7 +249,7 @@ def run_gate(args: argparse.Namespace) -> int:
                                               origin=args.origin or DEFAULT_ORIGIN)
             release()  # the servers shut down while the reports are written
             write_side_reports(out_dir, recordings)
-            return _finish(build_gate(*recordings, entries, strict=args.strict, cors=cors), out_dir)
+            return _finish(build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source), out_dir)
     except GateSetupError as exc:
         return _error("gate", str(exc))
 

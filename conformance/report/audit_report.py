@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from conformance import __version__
 from conformance.audit import OK, CheckpointAudit
+from conformance.report.audit_offline import offline_lines
 from conformance.report.markdown_text import code_span, visible
 from conformance.template import CONFIGURATIONS
 
@@ -49,6 +50,8 @@ def audit_to_json(audit: CheckpointAudit) -> dict[str, Any]:
         "expect": audit.expect,
         "unmet_expectations": audit.unmet_expectations,
         "warnings": audit.warnings,
+        "roundtrip": audit.roundtrip,
+        "implementations": audit.implementations,
     }
 
 
@@ -157,6 +160,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += [f"- finding ({finding['code']}): {finding['message']}" for finding in checkpoint["findings"]]
         lines += [f"- warning: {warning}" for warning in checkpoint["warnings"]]
         lines += [f"- **unmet expectation**: {message}" for message in checkpoint["unmet_expectations"]]
+        lines += offline_lines(checkpoint)
         lines.append("")
     return "\n".join(lines)
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from html import escape
 from typing import Any
 
@@ -116,6 +117,11 @@ SCRIPT = """
 })();
 """
 
+# report.html has no GitHub cap, but a browser must still open it: past this many (case, mode, kind)
+# rows of one kind a difference is shown by its summary under a case that has a row, and a case none of
+# whose differences is shown in full gets no row (it is counted and named; gate.json keeps everything).
+MAX_IN_FULL_PER_KIND = 150  # every (case, mode) of a 75-case set: the shipped cases are never cut
+BRIEF_SUMMARY_CHARS = 200
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
 ROW_MARKS = {"unchanged": "no", "acknowledged": "yes, acknowledged", "unacknowledged": "yes, not acknowledged"}
 
@@ -155,8 +161,9 @@ def _head(gate: Mapping[str, Any], labels: Mapping[str, str]) -> str:
     return (
         f"<h1 id='verdict' class='{h(outcome.lower())}'><span class='badge {h(outcome.lower())}'>{h(outcome)}</span> "
         f"{h(line)}</h1>"
-        f"<p><b>Parser switch gate</b>: {c(labels['baseline'])} (baseline, what clients get today) → "
-        f"{c(labels['candidate'])} (candidate, what they get after the switch); gate exit code {c(exit_code)}.</p>"
+        f"<p><b>Switch gate</b>: {c(labels['baseline'])} (baseline, what clients get today) → "
+        f"{c(labels['candidate'])} (candidate, what they get after the switch); gate exit code {c(exit_code)}. "
+        f"{segments(view.expectations_sentence(gate))}</p>"
         "<p>For each case the suite sent the same request to both servers, streaming and not, and compared what a "
         "client receives. Every difference below says what a client must do about it. Unacknowledged differences "
         "fail the gate until they are fixed or acknowledged in the expectations file. Click a changed row for the "
@@ -173,7 +180,7 @@ def _filters(gate: Mapping[str, Any]) -> str:
             f"<label>Feature <select id='feature'>{features}</select></label><span id='shown'></span></div>")
 
 
-def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> str:
+def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str], left_out: Collection[str]) -> str:
     parts = ["<h2 id='to-do'>What clients must change</h2>"]
     if not groups:
         return parts[0] + "<p>No client-visible difference was found between the two servers.</p>"
@@ -184,7 +191,7 @@ def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> str:
             continue
         state = "acknowledged" if acknowledged else "unacknowledged"
         rows = "".join(
-            f"<tr {_attrs(state, item.features)}><td>{h(item.title)}</td><td>{_where(item)}</td>"
+            f"<tr {_attrs(state, item.features)}><td>{h(item.title)}</td><td>{_where(item, left_out)}</td>"
             f"<td>{_example(item)}</td><td>{segments(item.action)}</td></tr>"
             for item in chosen
         )
@@ -196,8 +203,10 @@ def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> str:
     return "".join(parts)
 
 
-def _where(item: actions.ToDo) -> str:
+def _where(item: actions.ToDo, left_out: Collection[str]) -> str:
     def link(case_id: str, modes: str, anchor: str) -> str:
+        if case_id in left_out:  # no row on the page to link to
+            return f"{c(case_id)} ({h(modes)})"
         return f"<a href='#{anchor}'>{c(case_id)}</a> ({h(modes)})"
 
     cases = item.where()
@@ -215,8 +224,14 @@ def _example(item: actions.ToDo) -> str:
     return f"e.g. {c(group.case_id)}: {example}" if len(item.rows) > 1 else example
 
 
-def _difference(group: DifferenceGroup, labels: Mapping[str, str]) -> str:
+def _difference(group: DifferenceGroup, labels: Mapping[str, str], in_full: bool = True) -> str:
     state = "acknowledged" if group.acknowledged else "unacknowledged"
+    if not in_full:
+        ids = ", ".join(c(m["id"]) for m in group.members if m.get("id"))
+        return (f"<div class='diff brief' id='{group.anchor}'><h4>{c(group.mode)} · {h(group.title)} "
+                f"<span class='state-{state}'>({'acknowledged' if group.acknowledged else 'not acknowledged'})</span></h4>"
+                f"<p>{h(view.shorten(group.summary, BRIEF_SUMMARY_CHARS))}</p>"
+                + (f"<p class='note'>In full in <code>gate.json</code>: {ids}</p>" if ids else "") + "</div>")
     shared = []
     for found in view.group_excerpts(group):
         if found["request"] is not None:
@@ -243,15 +258,20 @@ def _definitions(rows: Sequence[tuple[str, str]], css: str = "") -> str:
     return f"<dl class='{css}'>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
 
 
-def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> str:
+def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labels: Mapping[str, str],
+                full: Collection[str], left_out: Collection[str]) -> str:
     parts = ["<h2 id='behaviours'>Behaviours by feature</h2><p class='note'>One row per case (both modes folded), "
              "under its first feature; <b>show</b> opens a changed row's requests, answers and client actions.</p>"]
+    if len(full) < len(groups):
+        parts.append(_size_cap(groups, full, left_out))
     used_ids: set[str] = set()
     by_case = view.groups_by_case(groups)
     for feature, rows in view.behaviours_by_feature(gate).items():
         body = []
         for behaviour in rows:
             case_id = str(behaviour.get("case_id"))
+            if case_id in left_out:
+                continue
             row_id = view.anchor("case", case_id)
             while row_id in used_ids:
                 row_id += "_"
@@ -268,19 +288,35 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
             if case_groups:
                 description = h(view.plain(behaviour.get("description") or "", 400))
                 body.append(f"<tr class='detail' hidden><td colspan='4'><p>{description}</p>"
-                            f"{''.join(_difference(g, labels) for g in case_groups)}</td></tr>")
+                            f"{''.join(_difference(g, labels, g.anchor in full) for g in case_groups)}</td></tr>")
         header = ("<tr><th style='width:24%'>case</th>"
                   f"<th style='width:32%'>{_side_header(labels, 'baseline')}</th>"
                   f"<th style='width:32%'>{_side_header(labels, 'candidate')}</th>"
                   "<th style='width:12%'>changed?</th></tr>")
+        if not body:
+            continue
         parts.append(f"<section class='feature' data-feature='{h(feature)}'><h3>{h(feature)}</h3>"
                      f"<table class='behaviours'><thead>{header}</thead><tbody>{''.join(body)}</tbody></table></section>")
     known = {str(b.get("case_id")) for b in gate.get("behaviours") or []}
-    orphans = [g for g in groups if g.case_id not in known]
+    orphans = [g for g in groups if g.case_id not in known and g.case_id not in left_out]
     if orphans:
         parts.append("<h3>Differences of cases without a behaviour row</h3>"
-                     + "".join(f"<p>{c(g.case_id)}</p>{_difference(g, labels)}" for g in orphans))
+                     + "".join(f"<p>{c(g.case_id)}</p>{_difference(g, labels, g.anchor in full)}" for g in orphans))
     return "".join(parts)
+
+
+def _size_cap(groups: Sequence[DifferenceGroup], full: Collection[str], left_out: Collection[str]) -> str:
+    """What the page leaves out past MAX_IN_FULL_PER_KIND rows of a kind, counted, pointing to gate.json."""
+    brief = Counter(g.kind for g in groups if g.anchor not in full)
+    counts = ", ".join(f"{n} × {view.KIND_TITLES.get(kind, kind)}" for kind, n in sorted(brief.items()))
+    cases = ", ".join(c(case_id) for case_id in left_out)
+    return (f"<div id='size-cap' class='note'><p>To keep this page light, only the first {MAX_IN_FULL_PER_KIND} "
+            "differences of each kind (unacknowledged first) are shown in full; the other "
+            f"{sum(brief.values())} (case, mode, kind) rows ({h(counts)}) are shown by their summary under their "
+            "case, or, for the cases below, only counted here. Every value and excerpt is in "
+            "<code>gate.json</code> (<code>differences</code>), and <code>report.md</code> has the to-do list.</p>"
+            + (f"<details><summary>{len(left_out)} cases without a row on this page</summary>{cases}</details>"
+               if left_out else "") + "</div>")
 
 
 def _stale(gate: Mapping[str, Any]) -> str:
@@ -323,6 +359,9 @@ def render(gate: Mapping[str, Any], chart_png: bytes | None = None) -> str:
     """The page; `chart_png` (timing.png's bytes) is embedded when given."""
     labels = view.labels(gate)
     groups = view.difference_groups(gate)
+    full = view.shown_in_full(groups, MAX_IN_FULL_PER_KIND)
+    left_out = dict.fromkeys(case_id for case_id, case_groups in view.groups_by_case(groups).items()
+                             if not any(g.anchor in full for g in case_groups))  # ordered, O(1) lookups
     _, outcome, line = view.verdict(gate)
     footer = (f"<hr><p class='note'>Made by hf-parser-conformance {h(view.plain(gate.get('suite_version') or '?'))} from "
               f"<code>gate.json</code> ({h(view.plain(gate.get('format') or '?'))}), {h(view.plain(gate.get('created_at') or ''))}.</p>")
@@ -332,7 +371,7 @@ def render(gate: Mapping[str, Any], chart_png: bytes | None = None) -> str:
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{h(outcome)}: {h(line)} ({h(labels['baseline'])} → {h(labels['candidate'])})</title>"
         f"<style>{STYLE}</style></head><body>"
-        f"{_head(gate, labels)}{_filters(gate)}{_to_do(groups, labels)}{_behaviours(gate, groups, labels)}"
+        f"{_head(gate, labels)}{_filters(gate)}{_to_do(groups, labels, left_out)}{_behaviours(gate, groups, labels, full, left_out)}"
         f"{_stale(gate)}{_timing(gate, labels, chart_png)}{_cors(gate, labels)}{footer}"
         f"<script>{SCRIPT}</script></body></html>\n"
     )

@@ -58,9 +58,9 @@ def _head(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
     exit_code = (gate.get("verdict") or {}).get("exit_code")
     return [
         f"# {icon} {outcome}: {text(line)}", "",
-        f"**Parser switch gate**: {code(labels['baseline'])} (baseline, what clients get today) → "
+        f"**Switch gate**: {code(labels['baseline'])} (baseline, what clients get today) → "
         f"{code(labels['candidate'])} (candidate, what they get after the switch); gate exit code "
-        f"{code(str(exit_code))}.", "",
+        f"{code(str(exit_code))}. {segments(view.expectations_sentence(gate))}", "",
         "For each case the suite sent the same request to both servers, streaming and not, and compared what a "
         "client receives. Every difference below says what a client must do about it. Unacknowledged "
         "differences fail the gate until they are fixed or acknowledged in the expectations file. The same "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -135,6 +136,18 @@ def difference_groups(gate: Mapping[str, Any]) -> list[DifferenceGroup]:
     return sorted(groups, key=lambda g: (g.acknowledged, order.get(g.case_id, len(order)), g.mode, g.kind))
 
 
+def shown_in_full(groups: Sequence[DifferenceGroup], per_kind: int) -> set[str]:
+    """Anchors of the groups a size-capped view shows in full: the first `per_kind` of each kind, in
+    `difference_groups` order (unacknowledged first)."""
+    seen: Counter[str] = Counter()
+    chosen = set()
+    for group in groups:
+        seen[group.kind] += 1
+        if seen[group.kind] <= per_kind:
+            chosen.add(group.anchor)
+    return chosen
+
+
 def groups_by_case(groups: Sequence[DifferenceGroup]) -> dict[str, list[DifferenceGroup]]:
     by_case: dict[str, list[DifferenceGroup]] = {}
     for group in groups:
@@ -180,6 +193,15 @@ def stamp_rows(gate: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     rows += [(label, plain(b, 400), plain(c, 400)) for (label, b), (_, c) in zip(*stamps)
              if (b, c) != ("unknown", "unknown") and label != "report time"]
     return rows
+
+
+def expectations_sentence(gate: Mapping[str, Any]) -> Segments:
+    """Which expectations file acknowledged differences, and why that one (empty for a gate.json without it)."""
+    source = gate.get("expectations")
+    if not isinstance(source, Mapping):
+        return []
+    file, note = source.get("file"), plain(source.get("note") or "", 300)
+    return ["Expectations: ", *([Code(plain(file, 200))] if file else ["none"]), *([f" ({note})"] if note else []), "."]
 
 
 def _counts_text(summary: Mapping[str, Any] | None) -> str:
@@ -329,9 +351,9 @@ def cors_meaning(gate: Mapping[str, Any]) -> list[Segments]:
             sentences.append(["A browser app on ", Code(origin), " cannot call ", Code(side_labels[side]),
                               " directly: its preflight got HTTP ", Code(plain(answer.get("status"))), " without a matching ",
                               Code("Access-Control-Allow-Origin"), "."])
-    if not all(cors_allows(cors.get(side) or {}, raw_origin) for side in SIDES):
-        sentences.append(["vLLM 0.32 refuses cross-origin browser access by default (", Code("--allowed-origins"),
-                          " defaults to ", Code("[]"), "). To let browsers on that origin call a server, start it with ",
-                          Code(f"--allowed-origins '{json.dumps([origin])}'"), " (a JSON list), or serve the app and ",
-                          "the API from one origin behind a proxy."])
+    if not cors_allows(cors.get("candidate") or {}, raw_origin):  # what to do after the switch
+        advice = ((gate.get("sides") or {}).get("candidate") or {}).get("cors_advice")
+        sentences.append(code_segments(shorten(str(advice), 600)) if advice else
+                         ["To let browsers on that origin call ", Code(side_labels["candidate"]), ", allow the origin "
+                          "in its CORS settings, or serve the app and the API from one origin behind a proxy."])
     return sentences

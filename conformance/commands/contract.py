@@ -1,0 +1,71 @@
+"""`conformance contract RUN_DIR [RUN_DIR ...]`: the contract matrix of recorded runs, one column per server."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from conformance import exit_codes
+from conformance.commands import add_verb
+
+DESCRIPTION = """\
+Put recorded runs of the same cases side by side, one column per server (say legacy, hf, hf-rust,
+transformers-serve): one row per behaviour (case x mode, grouped by feature) saying what each server
+did (refusal status and param, the parsed message, how it streamed, finish_reason, the CORS preflight
+answer), with the cells that differ from the row's first answering server highlighted and how they
+differ. No server is contacted: record each run once (`conformance run --out DIR`, or a gate's
+baseline/ and candidate/), render as often as wanted. A gate directory stands for its two sides.
+Writes contract.md and contract.html to --out (default: reports/contract-<time>).
+
+example:
+  conformance contract reports/legacy-run reports/hf-run reports/hf-rust-run --out reports/contract
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = add_verb(subparsers, "contract", "side by side: what each recorded server does, per behaviour",
+                      DESCRIPTION)
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR",
+                        help="recorded run directory (or a gate directory: its baseline/ and candidate/)")
+    parser.add_argument("--cases", type=Path, metavar="DIR",
+                        help="case directory whose contract references are shown (default: the shipped cases)")
+    parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: reports/contract-<time>)")
+    parser.set_defaults(func=run)
+
+
+def _run_dirs(paths: list[Path]) -> list[Path]:
+    """Each path, a gate directory (no transcripts of its own, a baseline/ and a candidate/) as its two sides."""
+    from conformance.transcript import TRANSCRIPTS_FILE
+
+    found = []
+    for path in paths:
+        sides = [path / side for side in ("baseline", "candidate")]
+        gate = not (path / TRANSCRIPTS_FILE).exists() and all((side / TRANSCRIPTS_FILE).exists() for side in sides)
+        found += sides if gate else [path]
+    return found
+
+
+def run(args: argparse.Namespace) -> int:
+    from conformance.cases import CaseFileError, load_suite
+    from conformance.gate import read_run_dir
+    from conformance.matrix import build_matrix
+    from conformance.report.matrix import write_contract_reports
+    from conformance.transcript import TranscriptError
+
+    try:
+        recordings = [read_run_dir(path) for path in _run_dirs(args.runs)]
+        references = {case.id: case.references for case in load_suite(args.cases)}
+    except (TranscriptError, CaseFileError) as exc:
+        print(f"conformance contract: error: {exc}", file=sys.stderr)
+        return exit_codes.ERROR
+    matrix = build_matrix(recordings, references)
+    out = args.out or Path("reports") / f"contract-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    paths = write_contract_reports(out, matrix)
+    differing = sum(1 for row in matrix["rows"] if row["differs"])
+    print(f"{len(matrix['rows'])} behaviours of {len(recordings)} servers "
+          f"({', '.join(c['label'] for c in matrix['columns'])}); {differing} differ")
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return exit_codes.OK
