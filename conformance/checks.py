@@ -199,7 +199,9 @@ def check_transport(transcript: Transcript, reading: StreamReading | None, expec
     return Check("transport", PASS)
 
 
-def check_stream_framing(reading: StreamReading, endpoint: str) -> Check:
+def check_stream_framing(reading: StreamReading, endpoint: str, ends_with_done: bool = True) -> Check:
+    """Role once, one finish_reason, nothing after [DONE], and `data: [DONE]` at the end, or, for a
+    profile whose record says its server ends streams without it (`ends_with_done` False), none."""
     problems = []
     if endpoint == "responses":
         terminal = [i for i, e in enumerate(reading.events) if e.get("type") in RESPONSES_TERMINAL_EVENTS]
@@ -224,12 +226,17 @@ def check_stream_framing(reading: StreamReading, endpoint: str) -> Check:
         finishes = [c for c in reading.chunks for ch in c.get("choices") or [] if ch.get("finish_reason")]
         if len(finishes) != 1:
             problems.append(f"{len(finishes)} chunks carry a finish_reason, expected exactly 1")
-        if not reading.done:
+        if not reading.done and ends_with_done:
             problems.append("no data: [DONE]")
+        elif reading.done and not ends_with_done:
+            problems.append("data: [DONE] arrived, but the profile's record says its server ends streams without it")
     if reading.lines_after_done:
         problems.append(f"{reading.lines_after_done} data line(s) after [DONE]")
     if problems:
         return Check("stream_framing", FAIL, reason="; ".join(problems))
+    if endpoint != "responses" and not ends_with_done:
+        return Check("stream_framing", PASS, reason="no data: [DONE] (the contract's end of a stream), as recorded "
+                     "for this profile: its server just closes the stream")
     return Check("stream_framing", PASS)
 
 
@@ -418,7 +425,7 @@ def check_expected_error(transcript: Transcript, expected_error: Any) -> Check:
         return Check("expected_error", FAIL, EXPECTATION, reason="the request was accepted, expected a refusal",
                      expected=want, actual={"status": transcript.status})
     error = error_object(transcript.error_body)
-    got = {"status": transcript.status, "param": error.get("param"), "message": error.get("message")}
+    got = {"status": transcript.status, "param": error.get("param"), "message": error.get("message") or error.get("detail")}
     problems = []
     if want["status"] is not None and got["status"] != want["status"]:
         problems.append(f"status {got['status']} != {want['status']}")
@@ -515,7 +522,8 @@ def judge(
     assert message is not None  # check_transport guarantees it
     expected = None if natural else expected_view(case, transcript.profile, transcript.mode)
     if reading is not None:
-        checks.append(check_stream_framing(reading, transcript.endpoint))
+        checks.append(check_stream_framing(reading, transcript.endpoint,
+                                           profile_record(transcript.profile).ends_stream_with_done))
         if transcript.endpoint == "chat":
             checks.append(check_tool_call_deltas(reading))
     raw_expected = {i for i, call in enumerate(expected["tool_calls"] if expected else []) if "raw" in call["arguments"]}

@@ -27,7 +27,8 @@ from conformance.checks import SkipKind
 from conformance.transcript import ServerStamp, SseLine, Transcript
 
 if TYPE_CHECKING:
-    from conformance.profiles import VersionProbe
+    from conformance.profiles import CommandVersionProbe, VersionProbe
+    from conformance.runtimes import Runtime
 
 DEFAULT_TIMEOUT = 120.0  # seconds per request
 DEFAULT_CONCURRENCY = 8  # requests in flight at once
@@ -133,18 +134,26 @@ def make_clients(target: Target) -> Clients:
     return Clients(api, http)
 
 
-async def fetch_server_version(clients: Clients, target: Target, probe: VersionProbe | None) -> str | None:
-    """The version the profile record's `probe` reads (vLLM: GET /version answers {"version": "..."});
-    None when the record has no probe or the server does not answer it."""
+async def fetch_server_version(clients: Clients, target: Target, probe: VersionProbe | CommandVersionProbe | None,
+                               runtime: Runtime) -> str | None:
+    """The version the profile record's `probe` reads (vLLM: GET /version answers {"version": "..."};
+    `transformers serve`: a command run with the record's `runtime`); None when the record has no
+    probe or the server does not answer it."""
     import httpx2
     import openai
 
+    from conformance.forcing import in_daemon_thread
+
     if probe is None:
         return None
-    try:
-        async with asyncio.timeout(target.timeout):  # the whole answer: a trickle must not hold the run
-            reply = await clients.api.get(f"{target.root_url}{probe.path}", cast_to=httpx2.Response)
-            return probe.read(reply.json())
+    loop = asyncio.get_running_loop()
+
+    def get_json(path: str) -> Any:  # in the probe's thread, over this run's client
+        request = clients.api.get(f"{target.root_url}{path}", cast_to=httpx2.Response)
+        return asyncio.run_coroutine_threadsafe(request, loop).result().json()
+
+    try:  # the whole answer within --timeout: a trickle must not hold the run
+        return await in_daemon_thread(target.timeout, probe.version, get_json, runtime)
     except (openai.APIError, TimeoutError, ValueError, KeyError, TypeError):
         return None
 
@@ -264,7 +273,6 @@ async def send(
     repeat: int = 0,
 ) -> Transcript:
     """Send one request (with the `forcing` body fields, if any) and record everything that came back."""
-    import httpx2
     import openai
 
     body = request_body(case, mode, target.model, forcing)
@@ -288,8 +296,7 @@ async def send(
     path = "/responses" if case.endpoint == "responses" else "/chat/completions"
     try:
         async with asyncio.timeout(target.timeout):
-            response = await clients.api.post(path, body=body, cast_to=httpx2.Response,
-                                         options={"headers": {RAW_RESPONSE_HEADER: "stream"}})
+            response = await _post(clients, path, body)
             try:
                 transcript.status = response.status_code
                 if mode == "stream":
@@ -310,6 +317,25 @@ async def send(
         transcript.transport_error = target.redact(_describe(exc, target.timeout))
     transcript.duration = round(time.monotonic() - start, 6)
     return transcript
+
+
+async def _post(clients: Clients, path: str, body: dict[str, Any]) -> Any:
+    """POST the body, the response unread. A pooled connection that the server closed just before it
+    was reused (a read error before any byte of an answer: `transformers serve` closes its connection
+    after a 500) is tried once more on a new one, as openai-python's default retries would; a second
+    failure is recorded as it is."""
+    import httpx2
+    import openai
+
+    send = lambda: clients.api.post(path, body=body, cast_to=httpx2.Response,  # noqa: E731
+                                    options={"headers": {RAW_RESPONSE_HEADER: "stream"}})
+    try:
+        return await send()
+    except openai.APIConnectionError as exc:
+        if isinstance(exc, openai.APITimeoutError) or not isinstance(exc.__cause__, (httpx2.ReadError,
+                                                                                     httpx2.RemoteProtocolError)):
+            raise
+    return await send()
 
 
 async def _send_preflight(http: Any, target: Target, transcript: Transcript) -> None:

@@ -142,9 +142,9 @@ class NotSent:
 
 
 async def _forcing_for(case: Any, target: Target, natural: bool,
-                       tokenize: Callable[[str], list[int]]) -> tuple[dict[str, Any] | None, NotSent | None]:
+                       tokenizer: Callable[[], Any]) -> tuple[dict[str, Any] | None, NotSent | None]:
     """(extra body fields that force the case's output, or None; why it is not sent, or None).
-    `tokenize` is the server tokenizer's, for a forcing method that names token ids."""
+    `tokenizer()` is the run's tokenizer of the profile's forcing method."""
     expectation = expectation_for(case, target.profile)
     if expectation is not None and expectation.skip is not None:
         return None, NotSent("declared", f"declared: {expectation.skip}")
@@ -156,14 +156,17 @@ async def _forcing_for(case: Any, target: Target, natural: bool,
     from conformance.forcing import ForcingUnsupported, TokensUnavailable, in_daemon_thread
 
     method = profile_record(target.profile).forcing
-    try:  # a method that names tokens asks the server's tokenizer: in a thread, within --timeout
-        forcing = await in_daemon_thread(target.timeout, method.request_fields, case.force, case.request, tokenize)
+    try:  # a method that names tokens asks its tokenizer (a server's, a checkpoint's): in a thread, within --timeout
+        forcing = await in_daemon_thread(target.timeout, lambda: method.request_fields(case.force, case.request,
+                                                                                       tokenizer()))
     except (ForcingUnsupported, ValueError) as exc:
         return None, NotSent("unforceable_output", f"cannot force this output: {exc}")
     except (TokensUnavailable, TimeoutError) as exc:
         detail = str(exc) or f"no answer within {target.timeout:g}s"
-        return None, NotSent(None, f"not sent: the server's tokenizer did not give the forced output's tokens: "
+        return None, NotSent(None, f"not sent: the tokenizer did not give the forced output's tokens: "
                                    f"{target.redact(detail)}")
+    except OSError as exc:  # a tokenizer that cannot be loaded
+        return None, NotSent(None, f"not sent: the forcing method's tokenizer cannot be loaded: {exc}")
     return forcing, NotSent(None, target.forcing_error) if target.forcing_error else None
 
 
@@ -233,12 +236,13 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript
         return None
 
 
-async def _verify_within(timeout: float, *args: Any) -> list[str] | None:
-    """`verify_forcing(*args)`, its /tokenize and /detokenize requests within `timeout` (else unverified)."""
+async def _verify_within(timeout: float, verify: Callable[..., list[str] | None], *args: Any) -> list[str] | None:
+    """`verify(*args)` (a forcing method's), its requests (vLLM: /tokenize and /detokenize) within
+    `timeout` (else unverified)."""
     from conformance.forcing import in_daemon_thread
 
     try:
-        return await in_daemon_thread(timeout, verify_forcing, *args)
+        return await in_daemon_thread(timeout, verify, *args)
     except TimeoutError:
         return None
 
@@ -304,8 +308,9 @@ async def run_async(
     allowed_skips = frozenset(allowed_skips) | implied_skip_kinds(target, natural)
     async with make_clients(target) as clients:
         if target.version is None:
+            record = profile_record(target.profile)
             target = replace(target, version=await fetch_server_version(
-                clients, target, profile_record(target.profile).version_probe))
+                clients, target, record.version_probe, record.runtime))
         target = await resolve_forcing(target, cases, natural)
         writers = None
         if out_dir is not None:
@@ -323,18 +328,8 @@ async def run_async(
         tokenizer = functools.cache(lambda: method.tokenizer(target.root_url, target.model, target.api_key,
                                                              target.timeout))
 
-        def tokenize(text: str) -> list[int]:
-            from conformance.forcing import ForcingUnsupported, ServerRefused, TokensUnavailable
-
-            try:
-                return tokenizer().tokenize(text)
-            except ForcingUnsupported:  # no /tokenize: this output cannot be forced by naming tokens
-                raise
-            except (ServerRefused, OSError, ValueError, LookupError, TypeError) as exc:
-                raise TokensUnavailable(f"/tokenize: {exc}") from exc
-
         async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
-            forcing, not_sent = await _forcing_for(case, target, natural, tokenize)
+            forcing, not_sent = await _forcing_for(case, target, natural, tokenizer)
             if not_sent:
                 transcript = _not_sent(case, target, mode, repeat_index, not_sent, forcing)
             else:
@@ -342,8 +337,8 @@ async def run_async(
                     transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
                                             repeat=repeat_index)
                     if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
-                        transcript.forcing_problems = await _verify_within(target.timeout, tokenizer(), case,
-                                                                           transcript, markers)
+                        transcript.forcing_problems = await _verify_within(target.timeout, method.verify, tokenizer(),
+                                                                           case, transcript, markers)
             transcripts.append(transcript)
             if writers:
                 writers[0].write(transcript.to_dict())

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 VARIANTS: tuple[str, ...] = ("full", "no-template", "thinking-only", "tools-only", "reasoning-content",
-                             "non-literal-pattern")
+                             "non-literal-pattern", "eos-closes-content")
 # The content field's closing delimiter as a pattern that does not start with a literal (the shape
 # transformers ships as its qwen3 fallback): vLLM's Python frontend serves it, the Rust frontend
 # starts and then refuses every chat request with HTTP 500 ("must start with a literal prefix").
@@ -156,6 +156,11 @@ def response_template_for(variant: str) -> dict | None:
         template["fields"] = {renamed.get(name, name): spec for name, spec in fields.items()}
     elif variant == "non-literal-pattern":
         fields["content"] = {"close_pattern": NON_LITERAL_CLOSE_PATTERN}
+    elif variant == "eos-closes-content":
+        # `transformers serve` hands the decoded end token to the parser, which puts it in the
+        # implicit content field; a content field closing on it keeps it out (the server under test
+        # then parses what vLLM parses: vLLM drops the end token before its parser sees it).
+        fields["content"] = {"close": EOS_TOKEN}
     return template
 
 

@@ -64,6 +64,18 @@ class ServerRefused(Exception):
     rate limit, server error): the message is the server's own status and text."""
 
 
+def server_tokens(tokenizer: ServerTokenizer, text: str) -> list[int]:
+    """The server tokenizer's ids of `text`, for a forcing method that names tokens: a server
+    without /tokenize is ForcingUnsupported (this output cannot be forced so); any other failure is
+    TokensUnavailable (the request is then an error, not a skip)."""
+    try:
+        return tokenizer.tokenize(text)
+    except ForcingUnsupported:
+        raise
+    except (ServerRefused, OSError, ValueError, LookupError, TypeError) as exc:
+        raise TokensUnavailable(f"/tokenize: {exc}") from exc
+
+
 # Statuses of a server that read the forced request and refused it: it cannot force (cases/README.md).
 REFUSED_FORCING_STATUSES = frozenset({400, 422})
 

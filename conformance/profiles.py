@@ -25,12 +25,10 @@ following the fallback chain.
 from __future__ import annotations
 
 import json
-import os
 import re
-import sys
-from collections.abc import Callable, Mapping
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -40,17 +38,18 @@ from conformance.forcing import (
     forced_text,
     forcing_extra_body,
     probe_forcing,
+    server_tokens,
     token_grammar_body,
     token_grammar_text,
 )
-from conformance.runtimes import CurrentInterpreter, Runtime
+from conformance.runtimes import CurrentInterpreter, Runtime, SetupError
+from conformance.runtimes.transformers_serve import TRANSFORMERS_SERVE
 from conformance.runtimes.vllm_rs import VllmRustFrontend
 
 
 # --- how to force an exact output ----------------------------------------------------------------
 
 
-Tokenize = Callable[[str], list[int]]
 FORCED_REQUEST_KEYS = ("structured_outputs", "return_token_ids")
 
 
@@ -58,23 +57,26 @@ class ForcingMethod(Protocol):
     """How the engine makes a profile's server emit a case's exact raw output and checks it did.
 
     `request_fields` are merged into the request body (`request` is the case's request, for a method
-    that needs the prompt; `tokenize` gives the server tokenizer's ids of a text, for a method that
-    names tokens, raising `conformance.forcing.TokensUnavailable` when the server cannot tell); it
-    raises ForcingUnsupported or ValueError for a text it cannot force. `request_keys` are the body
-    fields it sets (a recording is compared with today's case on the others, and on `forced_text`).
+    that needs the prompt; `tokenizer` the run's, from `tokenizer`, for a method that names token
+    ids); it raises ForcingUnsupported or ValueError for a text it cannot force, and
+    `conformance.forcing.TokensUnavailable` when the tokenizer cannot tell. `request_keys` are the
+    body fields it sets (a recording is compared with today's case on the others, and on `forced_text`).
     `probe` sends one small forced request (raises ForcingUnsupported when the server cannot force,
     `conformance.forcing.ServerRefused`/OSError/ValueError when it cannot tell). `tokenizer` is the
-    server's tokenizer that verifies the returned token ids (`conformance.forcing.verify_forced_output`).
+    tokenizer of the run (vLLM: the server's own, `ServerTokenizer`) that `verify` checks a forced
+    answer with: its problems (empty: exact), None when it cannot be verified.
     `forced_text` reads the raw text back out of a recorded request (for reports; None: not forced).
     """
 
     request_keys: tuple[str, ...]
 
-    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenize: Tokenize) -> dict[str, Any]: ...
+    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]: ...
 
     def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None: ...
 
-    def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer: ...
+    def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> Any: ...
+
+    def verify(self, tokenizer: Any, case: Any, transcript: Any, markers: Sequence[str]) -> list[str] | None: ...
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None: ...
 
@@ -86,7 +88,7 @@ class RegexForcing:
 
     request_keys = FORCED_REQUEST_KEYS
 
-    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenize: Tokenize) -> dict[str, Any]:
+    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
         return forcing_extra_body(raw_text)
 
     def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
@@ -94,6 +96,11 @@ class RegexForcing:
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
         return ServerTokenizer(root_url, model, api_key, timeout)
+
+    def verify(self, tokenizer: Any, case: Any, transcript: Any, markers: Sequence[str]) -> list[str] | None:
+        from conformance.engine import verify_forcing  # the engine's reading of token ids from answers
+
+        return verify_forcing(tokenizer, case, transcript, markers)
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None:
         regex = (request.get("structured_outputs") or {}).get("regex")
@@ -109,8 +116,8 @@ class TokenGrammarForcing:
 
     request_keys = FORCED_REQUEST_KEYS
 
-    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenize: Tokenize) -> dict[str, Any]:
-        return token_grammar_body(raw_text, tokenize(raw_text))
+    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
+        return token_grammar_body(raw_text, server_tokens(tokenizer, raw_text))
 
     def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
         probe_forcing(root_url, model, timeout, api_key,
@@ -118,6 +125,9 @@ class TokenGrammarForcing:
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
         return ServerTokenizer(root_url, model, api_key, timeout)
+
+    def verify(self, tokenizer: Any, case: Any, transcript: Any, markers: Sequence[str]) -> list[str] | None:
+        return RegexForcing().verify(tokenizer, case, transcript, markers)
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None:
         grammar = (request.get("structured_outputs") or {}).get("grammar")
@@ -131,7 +141,7 @@ class NoForcing:
     reason: str
     request_keys = ()
 
-    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenize: Tokenize) -> dict[str, Any]:
+    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
         raise ForcingUnsupported(self.reason)
 
     def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
@@ -140,8 +150,48 @@ class NoForcing:
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
         raise ForcingUnsupported(self.reason)
 
+    def verify(self, tokenizer: Any, case: Any, transcript: Any, markers: Sequence[str]) -> list[str] | None:
+        return None
+
     def forced_text(self, request: Mapping[str, Any]) -> str | None:
         return None
+
+
+@dataclass(frozen=True)
+class SequenceBiasForcing:
+    """`transformers serve`: the request field `generation_config` whose `sequence_bias` forces the
+    checkpoint tokenizer's ids step by step, the prompt's tail as the first context; verified from
+    `usage` (prompt and completion token counts), as `conformance.sequence_bias` explains."""
+
+    request_keys = ("generation_config",)
+
+    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
+        from conformance.sequence_bias import generation_config_field
+
+        return generation_config_field(tokenizer, raw_text, request)
+
+    def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
+        from conformance.sequence_bias import probe_sequence_bias
+
+        probe_sequence_bias(root_url, model, timeout, api_key)
+
+    def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> Any:
+        from conformance.sequence_bias import CheckpointTokenizer
+
+        return CheckpointTokenizer(model)
+
+    def verify(self, tokenizer: Any, case: Any, transcript: Any, markers: Sequence[str]) -> list[str] | None:
+        from conformance.sequence_bias import verify_transcript
+
+        try:
+            return verify_transcript(tokenizer, case.force, transcript)
+        except (ValueError, LookupError, TypeError, AttributeError):  # an answer of another shape
+            return None
+
+    def forced_text(self, request: Mapping[str, Any]) -> str | None:
+        from conformance.sequence_bias import forced_text_of
+
+        return forced_text_of(request)
 
 
 # --- which version it is -------------------------------------------------------------------------
@@ -149,7 +199,10 @@ class NoForcing:
 
 @dataclass(frozen=True)
 class VersionProbe:
-    """GET `path` answers a JSON object whose `key` is the server's version (vLLM: /version)."""
+    """GET `path` answers a JSON object whose `key` is the server's version (vLLM: /version).
+
+    Every probe has `version(get_json, runtime)`: `get_json(path)` is the server's parsed answer to
+    a GET (raising when there is none), `runtime` the record's `Runtime`; None: no version told."""
 
     path: str = "/version"
     key: str = "version"
@@ -158,6 +211,30 @@ class VersionProbe:
         """The version in a parsed answer, or None when it has none."""
         value = answer.get(self.key) if isinstance(answer, dict) else None
         return None if value is None else str(value)
+
+    def version(self, get_json: Callable[[str], Any], runtime: Runtime) -> str | None:
+        return self.read(get_json(self.path))
+
+
+COMMAND_PROBE_TIMEOUT_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class CommandVersionProbe:
+    """A server without a version route: the version is what `command` (its placeholders filled
+    from the record's runtime, e.g. `{python}`) prints on its first line, run where the server's
+    package is installed."""
+
+    command: tuple[str, ...]
+
+    def version(self, get_json: Callable[[str], Any], runtime: Runtime) -> str | None:
+        try:
+            argv = [part.format_map(runtime.resolve(None).placeholders) for part in self.command]
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_PROBE_TIMEOUT_SECONDS)
+        except (OSError, subprocess.TimeoutExpired, KeyError, SetupError):
+            return None
+        lines = done.stdout.strip().splitlines()
+        return lines[0].strip() if done.returncode == 0 and lines else None
 
 
 # --- the record ----------------------------------------------------------------------------------
@@ -190,12 +267,17 @@ class Profile:
     server_name: str  # what to call it in messages ("vLLM")
     launch: Launch | None  # None: it can only be attached by URL
     forcing: ForcingMethod
-    version_probe: VersionProbe | None  # None: the server does not tell its version
+    version_probe: VersionProbe | CommandVersionProbe | None  # None: the server does not tell its version
     # The message/delta field clients read reasoning from (vLLM 0.32: `reasoning`; vLLM 0.31 and
     # `transformers serve`: `reasoning_content`): reasoning under another name fails. None: not pinned.
     reasoning_field: str | None
     # Profiles whose expectations apply, in order, when a case has none for this one.
     expectation_fallback: tuple[str, ...] = ()
+    # Whether its streams end with `data: [DONE]` (the contract's framing). False records a server
+    # that just closes the stream: a [DONE] from it then fails, as any unmet expectation.
+    ends_stream_with_done: bool = True
+    # The variant of the tiny checkpoint (`conformance.fixture.VARIANTS`) it is launched on.
+    fixture_variant: str = "full"
     # What to do so that browsers on `{origin}` may call the server, when its preflight refuses them
     # (`backticks` are code; `{origins}` is filled with a JSON list holding the origin). None: no advice known.
     cors_advice: str | None = None
@@ -204,6 +286,11 @@ class Profile:
     def server_args(self) -> tuple[str, ...]:
         """The profile's own server flags (none for a record that cannot be launched)."""
         return self.launch.flags if self.launch else ()
+
+    @property
+    def runtime(self) -> Runtime:
+        """Where its executable comes from (an attached record: this interpreter)."""
+        return self.launch.runtime if self.launch else CurrentInterpreter()
 
 
 # --- vLLM 0.32's Python frontend -----------------------------------------------------------------
@@ -320,6 +407,36 @@ PROFILES["hf-rust"] = Profile(
 )  # fmt: skip
 
 
+# --- transformers serve 5.23 ------------------------------------------------------------------------
+
+TRANSFORMERS_SERVE_COMMAND = ("{bin}/transformers", "serve", "{model}", "--host", "{host}", "--port", "{port}")
+# No update check against PyPI at start-up (its hint would be the last line of a failed start's log).
+TRANSFORMERS_SERVE_ENV = MappingProxyType({"HF_HUB_DISABLE_UPDATE_CHECK": "1"})
+_CLICK_ERROR = re.compile(r"^(?:│\s*)?(?:Error|Invalid value|Missing argument|No such option)\b.*?(?:\s*│)?$")
+
+
+def find_transformers_serve_error(log_text: str) -> str | None:
+    """The telling line in a `transformers serve` log: the last `SomeError: message` of a traceback
+    (as in vLLM's logs), else the command line's own usage error (typer's "Error"/"Invalid value")."""
+    if found := find_vllm_error(log_text):
+        return found
+    usage = [line.strip(" │") for line in log_text.splitlines() if _CLICK_ERROR.match(line.strip())]
+    return usage[-1] if usage else None
+
+
+PROFILES["transformers-serve"] = Profile(
+    name="transformers-serve", server_name="transformers serve",
+    description="transformers 5.23's own OpenAI-compatible server, parsing with the response_template",
+    launch=Launch(TRANSFORMERS_SERVE_COMMAND, ("--device", "cpu"), find_transformers_serve_error,
+                  ("--log-level", "info"), TRANSFORMERS_SERVE_ENV, runtime=TRANSFORMERS_SERVE,
+                  log_prefix="transformers-serve"),
+    forcing=SequenceBiasForcing(),
+    version_probe=CommandVersionProbe(("{python}", "-c", "import transformers; print(transformers.__version__)")),
+    reasoning_field="reasoning_content", expectation_fallback=(), ends_stream_with_done=False,
+    fixture_variant="eos-closes-content",
+    cors_advice="start `transformers serve` with `--enable-cors` (permissive: it then allows every origin, "
+                "`{origin}` among them)",
+)  # fmt: skip
 def cors_advice_for(name: str, origin: str) -> str | None:
     """Profile `name`'s CORS advice for a browser app on `origin` (None: the record has none)."""
     advice = profile_record(name).cors_advice

@@ -115,9 +115,10 @@ class ServerProcess:
     """A started server process that may not be healthy yet (see `start`)."""
 
     def __init__(self, profile: Profile, command: list[str], env: dict[str, str], root_url: str,
-                 log_path: Path) -> None:
+                 log_path: Path, model: str = "unknown") -> None:
         self.profile = profile
         self.command = command
+        self.model = model  # what it was started on: its name for a server that names it nowhere else
         self.root_url = root_url
         self.log_path = log_path
         self.started = time.monotonic()
@@ -182,16 +183,18 @@ class ServerProcess:
 
     def _version(self) -> str:
         probe = self.profile.version_probe
-        return (probe.read(_get_json_or_empty(self.root_url + probe.path)) if probe else None) or "unknown"
+        get_json = lambda path: _get_json_or_empty(self.root_url + path)  # noqa: E731
+        return (probe.version(get_json, self.profile.runtime) if probe else None) or "unknown"
 
     def _model_argument(self) -> str:
         """The model name on the command line (for a server whose /v1/models does not answer us):
-        the first --served-model-name value, else --model (the last of each given, as argparse does)."""
+        the first --served-model-name value, else --model (the last of each given, as argparse does),
+        else the model it was started on (`transformers serve DIR` is pinned to DIR)."""
         for flag in ("--served-model-name", "--model"):
             values = [self.command[i + 1] for i, arg in enumerate(self.command[:-1]) if arg == flag]
             if values:
                 return values[-1]
-        return "unknown"
+        return self.model
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
         """Stop the whole process tree (idempotent)."""
@@ -223,10 +226,11 @@ def start(
     log_path = log_dir / f"{_launch_of(profile).log_prefix}-{profile.name}-{port}.log"
     try:
         command, env = server_command(profile, model, port, extra_args, python)
-    except SetupError as error:  # e.g. the runtime's download failed: nothing was started
-        raise ServerStartError(f"cannot set up the {profile.name} server: {error}", server_error=None,
+    except SetupError as error:  # the runtime's set-up (a download, a virtual environment) failed
+        raise ServerStartError(f"cannot set up the {profile.name} server: {error}", server_error=str(error),
                                log_path=log_path) from error
-    return ServerProcess(profile, command, env, root_url=f"http://127.0.0.1:{port}", log_path=log_path)
+    return ServerProcess(profile, command, env, root_url=f"http://127.0.0.1:{port}", log_path=log_path,
+                         model=str(model))
 
 
 @contextlib.contextmanager

@@ -3,7 +3,8 @@
 - `tiny_checkpoint`: path of the `full` fixture checkpoint (built once per session).
 - `hf_server`, `legacy_server`, `hf_rust_server`: real vLLM 0.32 servers (hf-rust: its Rust frontend) (`conformance.server.Server`: `.base_url`
   ending in /v1, `.root_url`, `.model`, `.profile`, `.version`, `.args`, `.log_path`, `.pid`,
-  `.startup_seconds`) serving the tiny checkpoint. Nothing starts until a test asks for a server;
+  `.startup_seconds`) serving the tiny checkpoint; `transformers_serve_server`: `transformers serve`
+  5.23 (its virtual environment made on first use) on the record's variant of it. Nothing starts until a test asks for a server;
   then every profile that some selected test needs starts at once (both start together, which
   halves the wait on 2 cores), and all stop at session end, which fails loudly if a process of
   theirs is still alive.
@@ -22,9 +23,11 @@ from pathlib import Path
 import pytest
 
 from conformance.fixture import build_fixture
+from conformance.profiles import PROFILES
 from conformance.server import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
 
-SERVER_FIXTURES = {"hf_server": "hf", "legacy_server": "legacy", "hf_rust_server": "hf-rust"}
+SERVER_FIXTURES = {"hf_server": "hf", "legacy_server": "legacy", "hf_rust_server": "hf-rust",
+                   "transformers_serve_server": "transformers-serve"}
 _profiles_needed: set[str] = set()
 _started_servers: list[Server] = []
 
@@ -48,10 +51,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_terminal_summary(terminalreporter) -> None:
     if _started_servers:
-        terminalreporter.section("vLLM servers")
+        terminalreporter.section("servers")
         for server in _started_servers:
             terminalreporter.write_line(
-                f"{server.profile.name}: vLLM {server.version} healthy after {server.startup_seconds:.1f} s "
+                f"{server.profile.name}: {server.profile.server_name} {server.version} healthy after {server.startup_seconds:.1f} s "
                 f"(log: {server.log_path})"
             )
 
@@ -60,8 +63,8 @@ class ServerPool:
     """On the first request, starts every needed profile and waits for all of them at once (so each
     start-up time is its own); hands out healthy servers; stops them all at the end."""
 
-    def __init__(self, model: Path, log_dir: Path, profiles: set[str]) -> None:
-        self.model = model
+    def __init__(self, checkpoints: Path, log_dir: Path, profiles: set[str]) -> None:
+        self.checkpoints = checkpoints  # one folder per fixture variant, built when a profile needs it
         self.log_dir = log_dir
         self.profiles = profiles
         self.processes: dict[str, ServerProcess] = {}
@@ -81,8 +84,8 @@ class ServerPool:
     def _start_and_wait(self, profiles: list[str]) -> None:
         for name in profiles:  # in this (the main) thread: see conformance.server.start
             try:
-                self.processes[name] = start(name, self.model, log_dir=self.log_dir)
-            except ServerStartError as error:  # e.g. hf-rust's set-up failed: the others still start
+                self.processes[name] = start(name, self.checkpoint_for(name), log_dir=self.log_dir)
+            except ServerStartError as error:  # its set-up failed: the others still start
                 self.outcomes[name] = error
         profiles = [name for name in profiles if name in self.processes]
         if not profiles:
@@ -93,6 +96,12 @@ class ServerPool:
                 if isinstance(outcome, Server):
                     self.pids |= {outcome.pid, *descendant_pids(outcome.pid)}
                     _started_servers.append(outcome)
+
+    def checkpoint_for(self, profile: str) -> Path:
+        """The tiny checkpoint in the variant the profile's record is launched on."""
+        variant = PROFILES[profile].fixture_variant
+        folder = self.checkpoints / variant
+        return folder if (folder / "config.json").exists() else build_fixture(folder, variant)
 
     def _wait(self, profile: str) -> Server | ServerStartError:
         try:
@@ -114,7 +123,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def server_pool(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
-    pool = ServerPool(tiny_checkpoint, tmp_path_factory.mktemp("vllm-logs"), _profiles_needed)
+    pool = ServerPool(tiny_checkpoint.parent, tmp_path_factory.mktemp("vllm-logs"), _profiles_needed)
     try:
         yield pool
     finally:
@@ -134,3 +143,8 @@ def legacy_server(server_pool: ServerPool) -> Server:
 @pytest.fixture(scope="session")
 def hf_rust_server(server_pool: ServerPool) -> Server:
     return server_pool.get("hf-rust")
+
+
+@pytest.fixture(scope="session")
+def transformers_serve_server(server_pool: ServerPool) -> Server:
+    return server_pool.get("transformers-serve")

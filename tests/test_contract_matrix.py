@@ -5,7 +5,6 @@ HTML page in a real headless Chromium; plus the matrix of real legacy and hf run
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path

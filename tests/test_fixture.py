@@ -66,7 +66,10 @@ def test_variants_differ_only_in_the_response_template(checkpoints) -> None:
             "tools-only": {"tool_calls", "content"},
             "reasoning-content": {"reasoning_content", "content", "tool_calls"},
             "non-literal-pattern": {"thinking", "content", "tool_calls"},
+            "eos-closes-content": {"thinking", "content", "tool_calls"},
         }[variant]
+        if variant == "eos-closes-content":  # the one difference: content closes on the end token
+            assert config["response_template"]["fields"]["content"] == {"close": "<|im_end|>"}
 
 
 def test_model_config_is_a_small_qwen3_the_cpu_backend_accepts(checkpoints, tokenizer) -> None:

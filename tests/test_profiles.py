@@ -175,7 +175,7 @@ class FieldForcing:
     probes: list = field(default_factory=list, compare=False)
     request_keys = ("force_text",)
 
-    def request_fields(self, raw_text, request, tokenize):
+    def request_fields(self, raw_text, request, tokenizer):
         return {"force_text": raw_text}
 
     def probe(self, root_url, model, timeout, api_key):
@@ -183,6 +183,9 @@ class FieldForcing:
 
     def tokenizer(self, root_url, model, api_key, timeout):
         return ServerTokenizer(root_url, model, api_key)  # the fake refuses /tokenize: "could not verify"
+
+    def verify(self, tokenizer, case, transcript, markers):
+        return None  # nothing to verify it with
 
     def forced_text(self, request):
         return request.get("force_text")

@@ -21,6 +21,8 @@ variants:
   thinking-only      no tool_calls field (--tool-call-parser hf refuses)
   tools-only         no thinking field (--reasoning-parser hf refuses)
   reasoning-content  the reasoning field named reasoning_content (vLLM 0.32 refuses it)
+  eos-closes-content full, with the content field closing on <|im_end|> (for transformers serve,
+                     which hands the end token to its parser)
 """
 
 

@@ -218,7 +218,7 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
     from conformance.profiles import PROFILES
     from conformance.server import ServerStartError, launch
 
-    checkpoint = build_fixture(out_dir / "checkpoint", variant="full")
+    checkpoint = build_fixture(out_dir / "checkpoint", variant=PROFILES[args.launch].fixture_variant)
     server_name = PROFILES[args.launch].server_name
     print(f"starting {server_name} ({args.launch} profile) on {checkpoint} ...", file=sys.stderr)
     try:

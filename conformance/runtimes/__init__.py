@@ -16,7 +16,8 @@ from typing import Protocol
 
 class SetupError(RuntimeError):
     """A runtime's set-up could not provide the server's executable (download refused, an archive
-    without the expected file, ...): the message says what and where."""
+    without the expected file, a failed install, ...): a launcher reports it as a server that could
+    not start, the message saying what and where."""
 
 
 def cache_root() -> Path:
