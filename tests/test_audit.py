@@ -38,7 +38,8 @@ def fixture_hub() -> Iterator[tuple[HubServer, dict[str, str]]]:
 
 
 def run_audit(server: HubServer, cache: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, dict, str]:
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
+    # COLUMNS (set under some runners) would fold the table's ids: the log width applies
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("HF_") and key != "COLUMNS"}
     environment.update(HF_ENDPOINT=server.url, HF_HUB_CACHE=str(cache / "hub"), **env)
     json_path, markdown_path = cache / "out" / "audit.json", cache / "out" / "audit.md"
     completed = subprocess.run(
