@@ -1,8 +1,13 @@
 """vLLM 0.32's Rust frontend (`vllm-rs serve`) and a checkpoint's `response_template`: the verdict.
 
 How the 0.32.0 frontend decides (learnt from the binary, `strings` and its answers, and from the
-frontend's source in vllm-project/vllm `rust/`; the v0.32.0 tag itself could not be brought here, so
-the references are to the stored versions nearest it, whose messages the binary carries verbatim):
+frontend's source in vllm-project/vllm `rust/`). The v0.32.0 tag itself could not be checked out here
+(the repository is larger than the mirror allows), so the source references are to the nearest stored
+versions of each file (commit given), whose messages the 0.32.0 binary carries verbatim; `file:line`
+references without a commit are the binary's own (its tracing call sites). The differential test
+(tests/test_audit_rust_vs_vllm_rs.py) is the proof that these rules are 0.32.0's.
+Sources: `rust/src/parser/src/unified/hf/{mod.rs@1479002c, spec.rs@310ce882, template.rs@0de3f1b0,
+pattern.rs@29868f91, content.rs@0de3f1b0, transform.rs@0de3f1b0}`, `rust/src/chat/src/output/default/mod.rs`.
 
 1. Start-up. `vllm-rs serve` forwards `--reasoning-parser hf` (not the tool parser, and nothing for
    `none`) to its managed Python engine, whose engine configuration loads the template with the
