@@ -34,7 +34,7 @@ pattern.rs@29868f91, content.rs@0de3f1b0, transform.rs@0de3f1b0}`, `rust/src/cha
    a list of strings, errors located by their JSON path); then `version == 1` and a non-empty
    `fields`; then each field in order (`Region::compile`): its open then close anchor (both forms at
    once, empty lists or strings refused; a pattern must parse as Rust regex syntax and start with a
-   literal prefix: `pattern.rs` `StreamingPattern::new`, see `rust_regex.py`), its `content_args`
+   literal prefix: `pattern.rs` `StreamingPattern::new`, see `rust_regex.py` and `rust_literals.py`), its `content_args`
    (`content.rs`), `join` without `repeats`, the transform (`transform.rs`: no interpolated
    placeholder), named groups without a transform, transform placeholders that are neither `content`
    nor an opener group, the field name (`content`, `thinking`, `reasoning_content`, `tool_calls`),
@@ -53,7 +53,7 @@ from typing import Any, Literal
 
 import regex
 
-from conformance import rust_regex
+from conformance import rust_literals, rust_regex
 
 RustOutcome = Literal["starts", "refuses_to_start", "starts_but_refuses_requests"]
 
@@ -303,7 +303,7 @@ def _boundary_groups(scope: str, anchor: tuple[str, Any] | None) -> list[str]:
     except rust_regex.RustRegexError as error:
         raise _Unsupported(f"{scope}: regex {rust_debug(pattern)} is not supported by the Rust regex engine: "
                            f"{error}") from None
-    if rust_regex.literal_prefixes(tree) is None:
+    if rust_literals.literal_prefixes(tree) is None:
         raise _Unsupported(f"{scope}: pattern {rust_debug(pattern)} must start with a literal prefix for streaming "
                            "matching (e.g. `<tool_call>` in `<tool_call>(?P<name>\\w+)`)")
     return rust_regex.group_names(tree)

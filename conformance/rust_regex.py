@@ -1,4 +1,4 @@
-"""What vLLM 0.32's Rust frontend makes of a `response_template` regex, without Rust.
+"""Rust regex syntax as vLLM 0.32's Rust frontend reads a `response_template` pattern, without Rust.
 
 The frontend parses boundary patterns with the `regex-syntax` crate (0.8.10 in the 0.32.0 binary) and
 requires every match to start with one of a finite set of non-empty literals, which it extracts with
@@ -11,12 +11,12 @@ both that decides a verdict:
   Python-syntax template is likely to contain: unclosed or unopened groups, unclosed group names,
   reversed class ranges, unclosed classes, look-around, backreferences, unknown escapes, a repetition
   without an operand.
-- `literal_prefixes(tree)` is the extractor (limits: 10 class characters, 10 repetitions, 100 bytes
+- `rust_literals.literal_prefixes(tree)` is the extractor (limits: 10 class characters, 10 repetitions, 100 bytes
   per literal, 250 literals) followed by the frontend's own check (every literal's valid UTF-8 prefix
   non-empty): `None` is the frontend's "must start with a literal prefix".
 
 Not mirrored (documented limits of the prediction): a DFA over 16 MiB ("cannot be matched
-incrementally"), `(?x)` comments, class set operations, Unicode property names the crate does not
+incrementally"), whitespace inside classes under `(?x)`, class set operations, Unicode property names the crate does not
 know, and the multi-line layout of errors in patterns that contain a newline.
 """
 
@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import functools
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-CLASS_LIMIT, REPEAT_LIMIT, LITERAL_LIMIT, TOTAL_LIMIT = 10, 10, 100, 250
+CLASS_LIMIT = 10  # the literal extractor enumerates classes of at most this many characters
+ASSERTION = -1  # a class item that is an assertion escape, such as `[\b]`
 NEST_LIMIT = 250  # regex-syntax's default nest limit
 BIG = ((0, sys.maxunicode),)  # a class too large to enumerate: only its size matters
 
@@ -40,9 +41,12 @@ class RustRegexError(ValueError):
 # · ("alt", nodes) · ("group", name|None, node)
 
 
-def _error(pattern: str, start: int, end: int, message: str) -> RustRegexError:
-    carets = "^" * max(1, end - start)
-    return RustRegexError(f"regex parse error:\n    {pattern}\n    {' ' * start}{carets}\nerror: {message}")
+def _error(pattern: str, spans: list[tuple[int, int]], message: str) -> RustRegexError:
+    notes, column = "", 0
+    for start, end in sorted(spans):
+        notes += " " * (start - column) + "^" * max(1, end - start)
+        column = start + max(1, end - start)
+    return RustRegexError(f"regex parse error:\n    {pattern}\n    {notes}\nerror: {message}")
 
 
 _PERL = {"d", "D", "s", "S", "w", "W"}
@@ -66,15 +70,15 @@ def _case_variants() -> dict[str, frozenset[str]]:
 
 
 def _fold(ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-    if _size(ranges) > CLASS_LIMIT:  # already past what the extractor enumerates: folding only adds
+    if class_size(ranges) > CLASS_LIMIT:  # already past what the extractor enumerates: folding only adds
         return ranges
     codes = {code for start, end in ranges for code in range(start, end + 1)}
     for code in list(codes):
         codes |= {ord(variant) for variant in _case_variants().get(chr(code), ())}
-    return _normalise([(code, code) for code in codes])
+    return normalise_ranges([(code, code) for code in codes])
 
 
-def _normalise(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+def normalise_ranges(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     merged: list[list[int]] = []
     for start, end in sorted(ranges):
         if merged and start <= merged[-1][1] + 1:
@@ -84,7 +88,7 @@ def _normalise(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     return tuple((start, end) for start, end in merged)
 
 
-def _size(ranges: tuple[tuple[int, int], ...]) -> int:
+def class_size(ranges: tuple[tuple[int, int], ...]) -> int:
     return sum(end - start + 1 for start, end in ranges)
 
 
@@ -94,13 +98,15 @@ class _Parser:
     position: int = 0
     insensitive: bool = False
     swap_greed: bool = False
+    extended: bool = False  # (?x): whitespace and `#` comments outside classes are ignored
+    names: dict[str, int] = field(default_factory=dict)  # capture group name -> where it was first given
 
     def peek(self, offset: int = 0) -> str | None:
         index = self.position + offset
         return self.pattern[index] if index < len(self.pattern) else None
 
     def fail(self, start: int, end: int, message: str) -> RustRegexError:
-        return _error(self.pattern, start, end, message)
+        return _error(self.pattern, [(start, end)], message)
 
     def alternation(self, depth: int) -> tuple:
         branches = [self.concat(depth)]
@@ -116,12 +122,12 @@ class _Parser:
                 if depth == 0:
                     raise self.fail(self.position, self.position + 1, "unopened group")
                 break
+            if self.extended and (character.isspace() or character == "#"):
+                end = self.pattern.find("\n", self.position) if character == "#" else self.position
+                self.position = len(self.pattern) if end == -1 else end + 1
+                continue
             start = self.position
             if character in "*+?{":
-                if character == "{" and not self._counted_ahead():
-                    self.position += 1
-                    items.append(self._literal("{"))
-                    continue
                 if not items or items[-1][0] == "flags":
                     raise self.fail(start, start + 1, "repetition operator missing expression")
                 items[-1] = self.repetition(items[-1], start)
@@ -132,22 +138,20 @@ class _Parser:
         items = [item for item in items if item[0] != "flags"]
         return items[0] if len(items) == 1 else ("cat", items)
 
-    def _counted_ahead(self) -> bool:
-        end = self.pattern.find("}", self.position)
-        body = self.pattern[self.position + 1:end] if end != -1 else ""
-        return end != -1 and bool(body) and all(c.isdigit() or c in ", " for c in body)
-
     def repetition(self, operand: tuple, start: int) -> tuple:
         character = self.pattern[self.position]
         self.position += 1
         if character == "{":
-            end = self.pattern.index("}", self.position)
-            low, _, high = self.pattern[self.position:end].replace(" ", "").partition(",")
-            self.position = end + 1
-            minimum = int(low) if low else 0
-            maximum = minimum if "," not in self.pattern[start:end] else (int(high) if high else None)
+            minimum = self._decimal(start)
+            maximum: int | None = minimum
+            if self._space_then(start) == ",":
+                self.position += 1
+                maximum = None if self._space_then(start) == "}" else self._decimal(start)
+            if self._space_then(start) != "}":
+                raise self.fail(start, len(self.pattern), "unclosed counted repetition")
+            self.position += 1
             if maximum is not None and minimum > maximum:
-                raise self.fail(start, end + 1, "invalid repetition count range, the start must be <= the end")
+                raise self.fail(start, self.position, "invalid repetition count range, the start must be <= the end")
         else:
             minimum, maximum = {"*": (0, None), "+": (1, None), "?": (0, 1)}[character]
         greedy = True
@@ -155,6 +159,25 @@ class _Parser:
             self.position += 1
             greedy = False
         return ("rep", minimum, maximum, greedy != self.swap_greed, operand)
+
+    def _space_then(self, start: int) -> str:
+        """Skip spaces inside a counted repetition; the next character (a missing one: unclosed)."""
+        while self.peek() is not None and self.peek().isspace():
+            self.position += 1
+        if self.peek() is None:
+            raise self.fail(start, len(self.pattern), "unclosed counted repetition")
+        return self.peek()
+
+    def _decimal(self, start: int) -> int:
+        self._space_then(start)
+        digits_start = self.position
+        while (character := self.peek()) is not None and "0" <= character <= "9":
+            self.position += 1
+        if self.position == digits_start:
+            if self.peek() is None:
+                raise self.fail(start, len(self.pattern), "unclosed counted repetition")
+            raise self.fail(self.position, self.position + 1, "repetition quantifier expects a valid decimal")
+        return int(self.pattern[digits_start:self.position])
 
     def _literal(self, character: str) -> tuple:
         if self.insensitive and len(folded := _fold(((ord(character), ord(character)),))) > 1:
@@ -197,15 +220,20 @@ class _Parser:
                 name = self.pattern[name_start:end]
                 if not name:
                     raise self.fail(name_start, name_start, "empty capture group name")
+                if name in self.names:
+                    first = self.names[name]
+                    raise _error(self.pattern, [(first, first + len(name)), (name_start, end)],
+                                 "duplicate capture group name")
+                self.names[name] = name_start
                 self.position = end + 1
             else:
                 return self.flags(start, depth)
-        saved = (self.insensitive, self.swap_greed)
+        saved = (self.insensitive, self.swap_greed, self.extended)
         body = self.alternation(depth + 1)
         if self.peek() != ")":
             raise self.fail(start, start + 1, "unclosed group")
         self.position += 1
-        self.insensitive, self.swap_greed = saved
+        self.insensitive, self.swap_greed, self.extended = saved
         return ("group", name, body)
 
     def flags(self, start: int, depth: int) -> tuple | None:
@@ -222,16 +250,17 @@ class _Parser:
                 raise self.fail(self.position, self.position + 1, "unrecognized flag")
             self.position += 1
         self.position += 1
-        saved = (self.insensitive, self.swap_greed)
+        saved = (self.insensitive, self.swap_greed, self.extended)
         self.insensitive = settings.get("i", self.insensitive)
         self.swap_greed = settings.get("U", self.swap_greed)
+        self.extended = settings.get("x", self.extended)
         if character == ")":  # (?flags): applies to the rest of the enclosing group
             return ("flags",)
         body = self.alternation(depth + 1)
         if self.peek() != ")":
             raise self.fail(start, start + 1, "unclosed group")
         self.position += 1
-        self.insensitive, self.swap_greed = saved
+        self.insensitive, self.swap_greed, self.extended = saved
         return ("group", None, body)
 
     def escape(self, start: int, in_class: bool) -> tuple:
@@ -239,7 +268,7 @@ class _Parser:
         if character is None:
             raise self.fail(start, start + 1, "incomplete escape sequence, reached end of pattern prematurely")
         self.position += 1
-        if character in _META or (character in "<>" and in_class) or character == " ":
+        if character in _META or character == " ":
             return self._literal(character)
         if character in _ESCAPES:
             return self._literal(_ESCAPES[character])
@@ -251,9 +280,25 @@ class _Parser:
             return self._literal(self._hex(start, character))
         if character.isdigit():
             raise self.fail(start, self.position, "backreferences are not supported")
-        if character in _ASSERTIONS and not in_class:
-            return ("empty",)
+        if character in _ASSERTIONS:
+            if character == "b" and not in_class and self.peek() == "{":
+                self._special_word_boundary(start)
+            return ("assertion",) if in_class else ("empty",)
         raise self.fail(start, self.position, "unrecognized escape sequence")
+
+    def _special_word_boundary(self, start: int) -> None:
+        """`\\b{start}` and its kin; `\\b{2}` is a repeated `\\b` (the brace is left for the repetition)."""
+        following = self.peek(1)
+        if following is not None and not (following.isascii() and following.isalpha()):
+            return
+        end = self.pattern.find("}", self.position)
+        if end == -1:
+            raise self.fail(start, len(self.pattern), "found either the beginning of a special word boundary or a "
+                            "bounded repetition on a \\b with an opening brace, but no closing brace")
+        if self.pattern[self.position + 1:end] not in ("start", "end", "start-half", "end-half"):
+            raise self.fail(self.position + 1, end, "unrecognized special word boundary assertion, valid choices "
+                            "are: start, end, start-half or end-half")
+        self.position = end + 1
 
     def _skip_property(self) -> None:
         if self.peek() == "{":
@@ -280,12 +325,13 @@ class _Parser:
         negated = self.peek() == "^"
         if negated:
             self.position += 1
+        opening_end = self.position + (self.peek() == "]")  # `[`, `[^`, and a leading `]` (a literal) open it
         ranges: list[tuple[int, int]] = []
         first = True
         while True:
             character = self.peek()
             if character is None:
-                raise self.fail(start, start + 1, "unclosed character class")
+                raise self.fail(start, opening_end, "unclosed character class")
             if character == "]" and not first:
                 self.position += 1
                 break
@@ -301,23 +347,33 @@ class _Parser:
                 continue
             item_start = self.position
             low = self.class_item(item_start)
-            if low is None:  # a Perl class inside the brackets
+            ranged = self.peek() == "-" and self.peek(1) not in ("]", None)
+            if low is None or low == ASSERTION:  # a Perl class or an assertion inside the brackets
+                if ranged:
+                    raise self.fail(item_start, self.position, "invalid range boundary, must be a literal")
+                if low == ASSERTION:
+                    if self.peek() is None:
+                        raise self.fail(start, opening_end, "unclosed character class")
+                    raise self.fail(item_start, self.position, "invalid escape sequence found in character class")
                 ranges.extend(BIG)
                 continue
-            if self.peek() == "-" and self.peek(1) not in ("]", None):
+            if ranged:
                 self.position += 1
-                high = self.class_item(self.position)
-                if high is None or high < low:
+                high_start = self.position
+                high = self.class_item(high_start)
+                if high is None or high == ASSERTION:
+                    raise self.fail(high_start, self.position, "invalid range boundary, must be a literal")
+                if high < low:
                     raise self.fail(item_start, self.position,
                                     "invalid character class range, the start must be <= the end")
                 ranges.append((low, high))
             else:
                 ranges.append((low, low))
-        result = _normalise(ranges)
+        result = normalise_ranges(ranges)
         if self.insensitive:
             result = _fold(result)
         if negated:
-            result = BIG if _size(result) < 2 ** 20 else ()
+            result = BIG if class_size(result) < 2 ** 20 else ()
         return ("class", result)
 
     def class_item(self, start: int) -> int | None:
@@ -328,9 +384,9 @@ class _Parser:
         escaped = self.escape(start, in_class=True)
         if escaped[0] == "lit":
             return ord(escaped[1])
-        if escaped[0] == "class" and escaped[1] == BIG:
-            return None
-        return ord(self.pattern[self.position - 1])
+        if escaped[0] == "assertion":
+            return ASSERTION
+        return None  # a Perl or Unicode class
 
 
 def parse(pattern: str) -> tuple:
@@ -359,147 +415,4 @@ def group_names(tree: tuple) -> list[str]:
     return []
 
 
-# --- the literal extractor (regex_syntax::hir::literal, prefix kind) ----------------------------------
-# A sequence is None (infinite) or a list of [bytes, exact] literals.
-
-
-def _dedup(literals: list) -> list:
-    out: list = []
-    for literal in literals:
-        if out and out[-1][0] == literal[0]:
-            if out[-1][1] != literal[1]:
-                out[-1] = [literal[0], False]
-            continue
-        out.append(list(literal))
-    return out
-
-
-def _keep_first(sequence: list | None, length: int) -> list | None:
-    if sequence is None:
-        return None
-    return [[text[:length], exact and len(text) <= length] for text, exact in sequence]
-
-
-def _inexact(sequence: list | None) -> list | None:
-    return None if sequence is None else [[text, False] for text, _ in sequence]
-
-
-def _all_inexact(sequence: list | None) -> bool:
-    return sequence is None or all(not exact for _, exact in sequence)
-
-
-def _union(first: list | None, second: list | None) -> list | None:
-    if first is not None and second is not None and len(first) + len(second) > TOTAL_LIMIT:
-        first, second = _dedup(_keep_first(first, 4)), _dedup(_keep_first(second, 4))
-        if len(first) + len(second) > TOTAL_LIMIT:
-            second = None
-    if second is None or first is None:
-        return None
-    return _dedup(first + second)
-
-
-def _cross(first: list | None, second: list | None) -> list | None:
-    if first is not None and second is not None and len(first) * len(second) > TOTAL_LIMIT:
-        second = None
-    if second is None:
-        if first is not None and first and min(len(text) for text, _ in first) == 0:
-            return None
-        return _keep_first(_inexact(first), LITERAL_LIMIT)
-    if first is None:
-        return None
-    crossed = []
-    for text, exact in first:
-        if not exact:
-            crossed.append([text, exact])
-            continue
-        crossed += [[text + other, other_exact] for other, other_exact in second]
-    return _keep_first(_dedup(crossed), LITERAL_LIMIT)
-
-
-def _extract(tree: tuple) -> list | None:
-    kind = tree[0]
-    if kind == "empty":
-        return [[b"", True]]
-    if kind == "lit":
-        return [[tree[1].encode(), True]]
-    if kind == "class":
-        if _size(tree[1]) > CLASS_LIMIT:
-            return None
-        return [[chr(code).encode(), True] for start, end in tree[1] for code in range(start, end + 1)]
-    if kind == "group":
-        return _extract(tree[2])
-    if kind == "cat":
-        sequence: list | None = [[b"", True]]
-        for node in tree[1]:
-            if _all_inexact(sequence):
-                break
-            sequence = _cross(sequence, _extract(node))
-        return sequence
-    if kind == "alt":
-        sequence = []
-        for node in tree[1]:
-            if sequence is None:
-                break
-            sequence = _union(sequence, _extract(node))
-        return sequence
-    _, minimum, maximum, greedy, operand = tree
-    inner = _extract(operand)
-    if minimum == 0:
-        if maximum != 1:
-            inner = _inexact(inner)
-        empty = [[b"", True]]
-        return _union(inner, empty) if greedy else _union(empty, inner)
-    sequence = [[b"", True]]
-    for _ in range(min(minimum, REPEAT_LIMIT)):
-        if _all_inexact(sequence):
-            break
-        sequence = _cross(sequence, None if inner is None else [list(literal) for literal in inner])
-    if maximum != minimum or minimum > REPEAT_LIMIT:
-        sequence = _inexact(sequence)
-    return sequence
-
-
-def literal_prefixes(tree: tuple) -> list[str] | None:
-    """The literals one of which starts every match, as the frontend keeps them; None when the pattern
-    has no finite set of non-empty ones (the frontend's "must start with a literal prefix")."""
-    sequence = _extract(_simplify(tree))
-    if sequence is None:
-        return None
-    prefixes: list[str] = []
-    for text, _ in sequence:
-        valid = text.decode("utf-8", errors="ignore") if _valid_prefix(text) else ""
-        if not valid:
-            return None
-        if valid not in prefixes:
-            prefixes.append(valid)
-    return prefixes or None
-
-
-def _valid_prefix(text: bytes) -> bool:
-    try:
-        text.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return error.start > 0
-    return True
-
-
-def _simplify(tree: tuple) -> tuple:
-    """HIR's construction rules that change extraction: an alternation of single characters is one class."""
-    kind = tree[0]
-    if kind == "group":
-        return ("group", tree[1], _simplify(tree[2]))
-    if kind == "rep":
-        return (*tree[:4], _simplify(tree[4]))
-    if kind == "cat":
-        return ("cat", [_simplify(node) for node in tree[1]])
-    if kind == "alt":
-        branches = [_simplify(node) for node in tree[1]]
-        if all(branch[0] in ("lit", "class") for branch in branches):
-            ranges = [item for branch in branches
-                      for item in (((ord(branch[1]),) * 2,) if branch[0] == "lit" else branch[1])]
-            return ("class", _normalise(ranges))
-        return ("alt", branches)
-    return tree
-
-
-__all__ = ["RustRegexError", "group_names", "literal_prefixes", "parse"]
+__all__ = ["BIG", "CLASS_LIMIT", "RustRegexError", "class_size", "group_names", "normalise_ranges", "parse"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conformance import exit_codes, rust_regex
+from conformance import exit_codes, rust_literals, rust_regex
 from conformance.audit_rust import RustVerdict
 from conformance.checkpoints import load_schema
 from conformance.template import analyze_template_unbounded
@@ -80,7 +80,7 @@ def test_delimiter_patterns_of_the_corpus(kind: str) -> None:
     (r"(?:^|<think>\s*)", None), (r"(?:<\|m\|>)?[^<]*<\|c\|>", None), (r".*x", None),
 ])
 def test_literal_prefixes_follow_the_frontend(pattern: str, prefixes: list[str] | None) -> None:
-    assert rust_regex.literal_prefixes(rust_regex.parse(pattern)) == prefixes
+    assert rust_literals.literal_prefixes(rust_regex.parse(pattern)) == prefixes
 
 
 def test_regex_errors_read_as_regex_syntax_writes_them() -> None:

@@ -18,6 +18,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conformance import server
 from conformance.audit_rust import (
@@ -93,6 +95,30 @@ def test_one_hf_flag_refuses_every_request_whatever_the_template(render: RenderF
         predicted = analyze_template_unbounded(tokenizer_config).vllm_0_32_rust[configuration]
         answer = render.answer(tokenizer_config, FLAGS[configuration])
         assert predicted == observed(engine_refusal(tokenizer_config), *answer, forwards_reasoning), case_id
+
+
+# Pieces of regex syntax, Python's and Rust's, that generated delimiter patterns are made of.
+PATTERN_PIECES = [
+    "<", ">", "a", "x", "\\|", "\\s", "\\d", "\\w", ".", "[ab]", "[a-z]", "[^<]", "\\n", "^", "$", "\\b", "(?i)",
+    "(?:a|b)", "(?P<n>a)", "(?<m>b)", "(?=a)", "\\1", "{", "}", "(", ")", "[", "\\p{L}", "\\pL", "\\z", "\\Z",
+    "\\<", "é", "ſ", "\\x41", "\\u0041", "(?s)", "(?-i:a)", "(?U)a*", "(?x)", "#", " ", "a{2}", "a{1,3}", "a{,2}",
+    "a{0}", "(?:)*", "*", "+", "?", "??", "|", "\\.", "\\t", '"', "\\\\", "[[:alpha:]]", "[]a]", "[^]", "\\h",
+    "\\e", "\\b{start}", "\\b{2}", "[\\d-z]", "\\Ax",
+]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=st.lists(st.sampled_from(PATTERN_PIECES), min_size=1, max_size=6), anchor=st.sampled_from(["open", "close"]))
+def test_generated_delimiter_patterns_equal_the_rust_frontend(render: RenderFrontend, pieces: list[str],
+                                                              anchor: str) -> None:
+    """The frontend's verdict on delimiter patterns the corpus did not think of, message for message."""
+    template = json.loads(json.dumps(QWEN3_STYLE))
+    template["fields"]["thinking"] = {"open": "<think>", "close": "</think>"}
+    del template["fields"]["thinking"][anchor]
+    template["fields"]["thinking"][f"{anchor}_pattern"] = "".join(pieces)
+    _, message = render.answer({"response_template": template}, FLAGS["both"])
+    frontend = frontend_template_error(template)
+    assert (frontend and UNIFIED_PREFIX + frontend) == message
 
 
 def _non_literal_close() -> dict:
