@@ -12,8 +12,10 @@ import jsonschema
 import pytest
 
 from conformance import exit_codes, rust_literals, rust_regex
+from conformance.audit import audit_local
 from conformance.audit_rust import RustVerdict
 from conformance.checkpoints import load_schema
+from conformance.fixture import VARIANTS, build_fixture
 from conformance.template import analyze_template_unbounded
 from tests.audit_helpers import DELIMITER_PATTERNS, QWEN3_STYLE, mutation_corpus
 
@@ -110,3 +112,13 @@ def test_the_reports_carry_the_rust_verdicts(tmp_path: Path) -> None:
     text = markdown.read_text()
     assert "| 500/500/500 |" in text  # tool, reasoning (each alone), both
     assert "answers every chat request HTTP 500: " in text and "must start with a literal prefix" in text
+
+
+def test_the_non_literal_pattern_fixture_variant_is_predicted_to_refuse_every_request(tmp_path: Path) -> None:
+    """The tiny checkpoint variant the live hf-rust 500 test serves (conformance/fixture.py)."""
+    if "non-literal-pattern" not in VARIANTS:
+        pytest.skip("the fixture variant non-literal-pattern is added on another branch")
+    audit = audit_local(build_fixture(tmp_path / "checkpoint", "non-literal-pattern"))
+    verdict = audit.vllm_0_32_rust["both"]
+    assert verdict.outcome == "starts_but_refuses_requests" and verdict.http_status == 500
+    assert "must start with a literal prefix for streaming matching" in verdict.error
