@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conformance import hub
+from conformance.audit_rust import RustVerdict
 from conformance.checkpoints import CheckpointEntry, revision_warning
 from conformance.template import (
     CONFIGURATIONS,
@@ -57,6 +58,12 @@ class CheckpointAudit:
         if self.template is None and self.startup_error is not None:
             return {name: StartupVerdict(starts=False, error=self.startup_error) for name in CONFIGURATIONS}
         return self.template.vllm_0_32 if self.template is not None else None
+
+    @property
+    def vllm_0_32_rust(self) -> dict[str, RustVerdict] | None:
+        """`vllm-rs serve`'s predicted behaviour; None when the template could not be analysed (files the
+        Python side cannot read say nothing certain about the Rust frontend's own reader)."""
+        return self.template.vllm_0_32_rust if self.template is not None else None
 
     @property
     def findings(self) -> tuple[Finding, ...]:

@@ -28,6 +28,8 @@ from typing import Any
 
 import regex
 
+from conformance.audit_rust import RustVerdict, rust_verdicts
+
 TEMPLATE_KEY = "response_template"
 LEGACY_KEY = "response_schema"
 
@@ -91,6 +93,7 @@ class TemplateAnalysis:
     regions: str  # short description of the regions the template recognises
     findings: tuple[Finding, ...]
     vllm_0_32: dict[str, StartupVerdict] = field(default_factory=dict)
+    vllm_0_32_rust: dict[str, RustVerdict] = field(default_factory=dict)  # `vllm-rs serve` (audit_rust.py)
 
 
 class TemplateAnalysisTimeout(RuntimeError):
@@ -298,13 +301,18 @@ def _verdicts(template: dict | None, serving_error: str | None, fields: set[str]
             return TOOL_CALLS_REQUIRED
         return None
 
-    engine_error = MISSING_TEMPLATE if template is None else serving_error
+    engine_error = _engine_error(template, serving_error)
     errors = {
         "tool_call_parser_hf": frontend(reasoning=False, tools=True),
         "reasoning_parser_hf": engine_error or frontend(reasoning=True, tools=False),
         "both": engine_error or frontend(reasoning=True, tools=True),
     }
     return {name: StartupVerdict(starts=error is None, error=error) for name, error in errors.items()}
+
+
+def _engine_error(template: dict | None, serving_error: str | None) -> str | None:
+    """What the engine configuration says about the template with `--reasoning-parser hf`."""
+    return MISSING_TEMPLATE if template is None else serving_error
 
 
 # --- description and findings -------------------------------------------------------------------------
@@ -465,6 +473,7 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
         regions=_describe(loaded) if loaded is not None else "",
         findings=tuple(findings),
         vllm_0_32=_verdicts(template, serving_error, set(loaded.fields) if loaded else set()),
+        vllm_0_32_rust=rust_verdicts(tokenizer_config.get(TEMPLATE_KEY), _engine_error(template, serving_error)),
     )
 
 

@@ -101,6 +101,28 @@ def _no_anchor(template: dict) -> dict:
     return template
 
 
+# Delimiter patterns for vLLM's Rust frontend, which needs every match to start with a literal prefix
+# (contract: the Rust frontend refuses every request otherwise). Name -> (anchor, pattern).
+DELIMITER_PATTERNS: dict[str, tuple[str, str]] = {
+    "close-non-literal": ("close", "\\s*(?:<\\|im_end\\|>|<\\|endoftext\\|>)"),  # transformers' qwen3 fallback
+    "open-non-literal": ("open", "\\s*<tool_call>"),
+    "open-anchor-or-literal": ("open", "(?:^|<think>\\s*)"),
+    "open-dot-star": ("open", ".*<x>"),
+    "open-optional-newline": ("open", "\\n?<tool_call>"),
+    "open-alternation": ("open", "(?:<a>|<bb>)"),
+    "open-case-insensitive": ("open", "(?i)<tc>"),
+    "close-lookahead": ("close", "(?=</x>)"),
+    "close-backreference": ("close", "(</x>)\\1"),
+    "open-counted": ("open", "<{2}x"),
+    "open-class-prefix": ("open", "[ab]<x>"),
+    "open-big-class-prefix": ("open", "[a-z]<x>"),
+}
+
+
+def _delimiter_pattern(path: list[str], anchor: str, pattern: str) -> Mutation:
+    return lambda t: _with(path + [f"{anchor}_pattern"], pattern)(_without(path + [anchor])(t))
+
+
 def _field_mutations(name: str) -> dict[str, Mutation]:
     path = ["fields", name]
     return {
@@ -128,6 +150,8 @@ def _field_mutations(name: str) -> dict[str, Mutation]:
         f"{name}-open-number": _with(path + ["open"], 5),
         f"{name}-implicit": lambda t: _without(path + ["open_pattern"])(_without(path + ["open"])(t)),
         f"{name}-not-a-dict": _with(path, "text"),
+        **{f"{name}-{kind}": _delimiter_pattern(path, anchor, pattern)
+           for kind, (anchor, pattern) in DELIMITER_PATTERNS.items()},
     }
 
 

@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from conformance import __version__
 from conformance.audit import OK, CheckpointAudit
+from conformance.audit_rust import RUST_CONFIGURATIONS
 from conformance.report.audit_offline import offline_lines
 from conformance.report.markdown_text import code_span, visible
 from conformance.template import CONFIGURATIONS
@@ -47,6 +48,10 @@ def audit_to_json(audit: CheckpointAudit) -> dict[str, Any]:
         "vllm_0_32": {
             name: {"starts": verdict.starts, "error": verdict.error} for name, verdict in audit.vllm_0_32.items()
         } if audit.vllm_0_32 is not None else None,
+        "vllm_0_32_rust": {
+            name: {"outcome": verdict.outcome, "error": verdict.error, "http_status": verdict.http_status}
+            for name, verdict in audit.vllm_0_32_rust.items()
+        } if audit.vllm_0_32_rust is not None else None,
         "expect": audit.expect,
         "unmet_expectations": audit.unmet_expectations,
         "warnings": audit.warnings,
@@ -63,6 +68,7 @@ def build_report(audits: list[CheckpointAudit], *, started_at: datetime, complet
         "generated_at": started_at.astimezone(timezone.utc).isoformat(timespec="seconds"),
         "complete": complete,
         "configurations": CONFIGURATIONS,
+        "rust_configurations": RUST_CONFIGURATIONS,
         "summary": {
             "checkpoints": len(ordered),
             "ok": sum(audit.status == OK for audit in ordered),
@@ -78,6 +84,29 @@ def _outcome(checkpoint: dict, configuration: str) -> str:
     if verdicts is None:
         return "n/a"
     return "starts" if verdicts[configuration]["starts"] else "fails"
+
+
+RUST_WORDS = {"starts": "starts", "refuses_to_start": "no start", "starts_but_refuses_requests": "500"}
+
+
+def _rust_outcomes(checkpoint: dict) -> str:
+    """The Rust frontend's outcome per configuration, in CONFIGURATIONS order."""
+    verdicts = checkpoint["vllm_0_32_rust"]
+    if verdicts is None:
+        return "n/a"
+    return "/".join(RUST_WORDS[verdicts[name]["outcome"]] for name in CONFIGURATIONS)
+
+
+def _rust_details(report: dict, checkpoint: dict) -> list[str]:
+    lines = []
+    for name, verdict in (checkpoint["vllm_0_32_rust"] or {}).items():
+        flags = f"`vllm-rs serve {report['rust_configurations'][name]}`"
+        if verdict["outcome"] == "refuses_to_start":
+            lines.append(f"- {flags} does not start (its Python engine refuses): {_code(verdict['error'])}")
+        elif verdict["outcome"] == "starts_but_refuses_requests":
+            lines.append(f"- {flags} starts, but answers every chat request HTTP {verdict['http_status']}: "
+                         f"{_code(verdict['error'])}")
+    return lines
 
 
 def _revision(checkpoint: dict) -> str:
@@ -123,7 +152,7 @@ def _row(checkpoint: dict) -> list[str]:
     """A checkpoint's table cells after its id: revision, status, metadata, template, the outcome
     per configuration, expectation."""
     return [_revision(checkpoint), checkpoint["status"], checkpoint["metadata_key"] or "n/a", _template_state(checkpoint),
-            *(_outcome(checkpoint, name) for name in CONFIGURATIONS), _expectation(checkpoint)]
+            *(_outcome(checkpoint, name) for name in CONFIGURATIONS), _rust_outcomes(checkpoint), _expectation(checkpoint)]
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -135,8 +164,14 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "Configurations: " + "; ".join(f"`{name}` = `{flags}`" for name, flags in report["configurations"].items()) + ".",
         "",
-        "| checkpoint | revision → commit | status | metadata | template | " + " | ".join(CONFIGURATIONS) + " | expect |",
-        "|---|---|---|---|---|" + "---|" * len(CONFIGURATIONS) + "---|",
+        "vLLM 0.32's Rust frontend (`vllm-rs serve`), same configurations: "
+        + "; ".join(f"`{name}` = `{flags}`" for name, flags in report["rust_configurations"].items())
+        + ". Its column gives them in that order: `starts`, `no start` (the server does not start) or `500`"
+        " (it starts, but refuses every chat request).",
+        "",
+        "| checkpoint | revision → commit | status | metadata | template | " + " | ".join(CONFIGURATIONS)
+        + " | vllm-rs | expect |",
+        "|---|---|---|---|---|" + "---|" * len(CONFIGURATIONS) + "---|---|",
     ]
     for checkpoint in report["checkpoints"]:
         lines.append("| " + " | ".join(_cell(cell) for cell in [f"`{checkpoint['id']}`", *_row(checkpoint)]) + " |")
@@ -157,6 +192,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         for name, verdict in (checkpoint["vllm_0_32"] or {}).items():
             if not verdict["starts"]:
                 lines.append(f"- `{report['configurations'][name]}` fails: {_code(verdict['error'])}")
+        lines += _rust_details(report, checkpoint)
         lines += [f"- finding ({finding['code']}): {finding['message']}" for finding in checkpoint["findings"]]
         lines += [f"- warning: {warning}" for warning in checkpoint["warnings"]]
         lines += [f"- **unmet expectation**: {message}" for message in checkpoint["unmet_expectations"]]
