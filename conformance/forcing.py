@@ -318,6 +318,17 @@ def _decodes_to(tokenizer: ServerTokenizer, token_ids: Sequence[int], text: str)
     return bool(token_ids) and tokenizer.detokenize(token_ids[:-1]) == text or tokenizer.detokenize(token_ids) == text
 
 
+def send_forced_probe(root_url: str, body: dict[str, Any], timeout: float, api_key: str | None) -> Any:
+    """The parsed answer to a forcing probe's chat request: a 400/422 is ForcingUnsupported (the
+    server read the forced request and refused it), any other HTTP error ServerRefused."""
+    try:
+        return _post_json(root_url + "/v1/chat/completions", body, timeout, api_key)
+    except urllib.error.HTTPError as error:
+        if error.code in REFUSED_FORCING_STATUSES:
+            raise ForcingUnsupported(f"the server refused a forced request: {http_error_text(error)}") from error
+        raise ServerRefused(http_error_text(error)) from error
+
+
 def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str | None = None,
                   fields: Callable[[str, ServerTokenizer], dict] = lambda text, tokenizer: forcing_extra_body(text)) -> None:
     """Send one small forced request (its forcing `fields` for the probe text, made with the server's
@@ -332,12 +343,7 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str 
             "temperature": 0,
             **fields(PROBE_TEXT, tokenizer),
         }
-        try:
-            response = _post_json(root_url + "/v1/chat/completions", body, timeout, api_key)
-        except urllib.error.HTTPError as error:
-            if error.code in REFUSED_FORCING_STATUSES:
-                raise ForcingUnsupported(f"the server refused a forced request: {http_error_text(error)}") from error
-            raise ServerRefused(http_error_text(error)) from error
+        response = send_forced_probe(root_url, body, timeout, api_key)
         problems = verify_forced_output(tokenizer, PROBE_TEXT, token_ids_of(response))
     if problems:
         raise ForcingUnsupported(

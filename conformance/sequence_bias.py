@@ -34,13 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.fixture import MARKER_TOKENS
-from conformance.forcing import (
-    REFUSED_FORCING_STATUSES,
-    ForcingUnsupported,
-    ServerRefused,
-    _post_json,
-    http_error_text,
-)
+from conformance.forcing import ForcingUnsupported, send_forced_probe
 
 FORCING_BIAS = 1e6
 FIRST_CONTEXT_WIDTH = 8
@@ -208,15 +202,8 @@ def probe_sequence_bias(root_url: str, model: str, timeout: float = 120, api_key
     """One small forced request: ForcingUnsupported when the server refuses it (400/422) or does not
     generate the forced tokens, ServerRefused (an HTTP error about the setup) or OSError/ValueError
     when it cannot tell."""
-    import urllib.error
-
     tokenizer = CheckpointTokenizer(model)
     body = {"model": model, **PROBE_REQUEST, **generation_config_field(tokenizer, PROBE_TEXT, PROBE_REQUEST)}
-    try:
-        response = _post_json(root_url + "/v1/chat/completions", body, timeout, api_key)
-    except urllib.error.HTTPError as error:
-        if error.code in REFUSED_FORCING_STATUSES:
-            raise ForcingUnsupported(f"the server refused a forced request: {http_error_text(error)}") from error
-        raise ServerRefused(http_error_text(error)) from error
+    response = send_forced_probe(root_url, body, timeout, api_key)
     if problems := verify_answer(tokenizer, PROBE_TEXT, body, response.get("usage")):
         raise ForcingUnsupported("the server did not generate the forced tokens: " + "; ".join(problems))

@@ -6,9 +6,6 @@ the process tree (the binary and its managed Python engine) left after a stop.""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -138,24 +135,3 @@ def test_a_bad_engine_flag_fails_the_start_with_the_engines_own_line(tiny_checkp
         with launch("hf-rust", tiny_checkpoint, extra_args=["--dtype", "bogus"], log_dir=tmp_path, timeout=120):
             pytest.fail("the block must not run")
     assert raised.value.server_error.startswith("main.py serve: error: argument --dtype: invalid choice: 'bogus'")
-
-
-@pytest.mark.vllm
-def test_the_binary_and_its_engine_stop_when_the_launcher_is_killed(tiny_checkpoint: Path) -> None:
-    launcher = subprocess.Popen(
-        [sys.executable, "-c", "import time; from conformance.server import start; "
-         f"server = start('hf-rust', {str(tiny_checkpoint)!r}).wait_until_healthy(); print(server.pid, flush=True); "
-         "time.sleep(900)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        server_pid = int(launcher.stdout.readline())
-        tree = _tree(server_pid)
-        assert any("--headless" in command for command in tree.values())  # the managed engine is in the tree
-    finally:
-        launcher.kill()  # SIGKILL: nothing in the launcher gets to clean up
-        launcher.wait(timeout=10)
-    deadline = time.monotonic() + 60
-    while any(pid_alive(pid) for pid in tree) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert [pid for pid in tree if pid_alive(pid)] == []

@@ -402,17 +402,18 @@ def test_the_audit_predicts_what_the_real_server_does(variant: str, configuratio
 
 
 @pytest.mark.vllm
-def test_a_real_server_and_its_engine_stop_when_the_launcher_is_killed(tiny_checkpoint: Path) -> None:
+@pytest.mark.parametrize("profile", ["hf", "hf-rust"])  # hf-rust: the vllm-rs binary and its managed engine
+def test_a_real_server_and_its_engine_stop_when_the_launcher_is_killed(tiny_checkpoint: Path, profile: str) -> None:
     launcher = subprocess.Popen(
         [sys.executable, "-c", "import time; from conformance.server import start; "
-         f"server = start('hf', {str(tiny_checkpoint)!r}).wait_until_healthy(); print(server.pid, flush=True); "
+         f"server = start({profile!r}, {str(tiny_checkpoint)!r}).wait_until_healthy(); print(server.pid, flush=True); "
          "time.sleep(900)"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         server_pid = int(launcher.stdout.readline())
         pids = [server_pid, *descendant_pids(server_pid)]
-        assert len(pids) > 1  # the API server and its engine core
+        assert len(pids) > 1  # the API server (vLLM's, or vllm-rs) and its engine
     finally:
         launcher.kill()  # SIGKILL: nothing in the launcher gets to clean up
         launcher.wait(timeout=10)
