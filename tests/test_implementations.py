@@ -100,7 +100,7 @@ def test_a_cached_release_is_not_installed_again(tmp_path, monkeypatch):
     from conformance.implementations import setup
 
     calls = []
-    monkeypatch.setattr(setup, "_pip", lambda arguments: calls.append(arguments))
+    monkeypatch.setattr(setup, "pip", lambda arguments, hint="": calls.append(arguments))
     target = setup.ensure_transformers("5.17.0", cache=tmp_path)
     assert calls[0][-2:] == ["transformers==5.17.0", setup.OLD_HUB_REQUIREMENT] and (target / setup.COMPLETE).is_file()
     setup.ensure_transformers("5.17.0", cache=tmp_path)

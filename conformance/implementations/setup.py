@@ -10,22 +10,15 @@ an interrupted set-up is redone, and `exclusive()` keeps parallel set-ups from r
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
-from conformance.runtimes import cache_root, exclusive
+from conformance.runtimes import SetupError, cache_root, download_wheel, exclusive, pip
 
-PIP_TIMEOUT_SECONDS = 1800.0
 COMPLETE = ".complete"
 OLD_HUB_RELEASES = frozenset({"5.16.1", "5.17.0"})  # they import huggingface_hub 1.x
 OLD_HUB_REQUIREMENT = "huggingface_hub>=1.5,<2"
-
-
-class SetupError(RuntimeError):
-    """An implementation could not be installed (pip failed, a wheel without the parser files)."""
 
 
 def transformers_dir(version: str, cache: Path | None = None) -> Path:
@@ -44,7 +37,7 @@ def ensure_transformers(version: str, cache: Path | None = None) -> Path:
         requirements = [f"transformers=={version}"]
         if version in OLD_HUB_RELEASES:
             requirements.append(OLD_HUB_REQUIREMENT)
-        _pip(["install", "--quiet", "--no-deps", "--only-binary=:all:", "--target", str(target), *requirements])
+        pip(["install", "--quiet", "--no-deps", "--only-binary=:all:", "--target", str(target), *requirements])
         target.mkdir(parents=True, exist_ok=True)
         (target / COMPLETE).write_text("")
     return target
@@ -65,11 +58,7 @@ def ensure_fork(name: str, requirement: str, members: str, cache: Path | None = 
             return target
         shutil.rmtree(target, ignore_errors=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as download:
-            _pip(["download", "--quiet", "--no-deps", "--only-binary=:all:", requirement, "--dest", download])
-            wheels = sorted(Path(download).glob("*.whl"))
-            if not wheels:
-                raise SetupError(f"pip download {requirement} left no wheel")
-            _extract(wheels[0], members, target)
+            _extract(download_wheel(requirement, Path(download)), members, target)
         (target / COMPLETE).write_text("")
     return target
 
@@ -86,14 +75,3 @@ def _extract(wheel: Path, members: str, target: Path) -> None:
                 destination.write_bytes(archive.read(name))
     except zipfile.BadZipFile as error:
         raise SetupError(f"{wheel.name} is not a readable wheel: {error}") from None
-
-
-def _pip(arguments: list[str]) -> None:
-    command = [sys.executable, "-m", "pip", *arguments]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_SECONDS)
-    except subprocess.TimeoutExpired:
-        raise SetupError(f"pip {' '.join(arguments)} did not finish in {PIP_TIMEOUT_SECONDS:.0f} s") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SetupError(f"pip {' '.join(arguments[:1])} {' '.join(a for a in arguments if '==' in a)} failed: {last}")

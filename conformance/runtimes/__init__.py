@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,32 @@ def cache_root() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "hf-parser-conformance"
+
+
+PIP_TIMEOUT_SECONDS = 1800.0
+
+
+def pip(arguments: list[str], hint: str = "") -> None:
+    """Run this interpreter's pip with `arguments`; SetupError naming the step and pip's last line
+    (`hint` says where it fetches from) when it fails or takes longer than PIP_TIMEOUT_SECONDS."""
+    step = f"pip {arguments[0]} {' '.join(a for a in arguments[1:] if not a.startswith('-') and '/' not in a)}"
+    try:
+        done = subprocess.run([sys.executable, "-m", "pip", *arguments], capture_output=True, text=True,
+                              timeout=PIP_TIMEOUT_SECONDS)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        raise SetupError(f"{step} did not finish in {PIP_TIMEOUT_SECONDS:.0f} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SetupError(f"{step} failed{f' ({hint})' if hint else ''}: {last}")
+
+
+def download_wheel(requirement: str, folder: Path, hint: str = "") -> Path:
+    """The wheel of `requirement` (no dependencies) that pip downloads into `folder`."""
+    pip(["download", "--quiet", "--no-deps", "--only-binary=:all:", requirement, "--dest", str(folder)], hint)
+    wheels = sorted(Path(folder).glob("*.whl"))
+    if not wheels:
+        raise SetupError(f"pip download {requirement} left no wheel in {folder}")
+    return wheels[0]
 
 
 @contextlib.contextmanager

