@@ -36,9 +36,23 @@ def case_digest(cases: Sequence[Any]) -> str:
     two runs with the same digest ran the same cases."""
     digest = hashlib.sha256()
     for case in sorted(cases, key=lambda c: c.id):
-        definition = {k: v for k, v in dataclasses.asdict(case).items() if k not in ("source", "index", "line")}
-        digest.update(json.dumps(definition, sort_keys=True, default=_jsonable).encode() + b"\n")
+        digest.update(_definition_line(case))
     return "sha256:" + digest.hexdigest()[:16]
+
+
+# id(case) -> (case, its definition line): a run writes several headers over the same case objects,
+# and asdict deep-copies every request. The case is kept with its line, so its id is not reused.
+_DEFINITION_LINES: dict[int, tuple[Any, bytes]] = {}
+
+
+def _definition_line(case: Any) -> bytes:
+    known = _DEFINITION_LINES.get(id(case))
+    if known is not None and known[0] is case:
+        return known[1]
+    definition = {k: v for k, v in dataclasses.asdict(case).items() if k not in ("source", "index", "line")}
+    line = json.dumps(definition, sort_keys=True, default=_jsonable).encode() + b"\n"
+    _DEFINITION_LINES[id(case)] = (case, line)
+    return line
 
 
 def _jsonable(value: Any) -> Any:
