@@ -32,6 +32,8 @@ class GateSide:
     profile: str  # whose expectations apply (and, when launched, which server flags)
     base_url: str | None = None  # attach to this server instead of launching one
     model: str | None = None  # the served model name (attached servers)
+    checkpoint: Path | str | None = None  # what a launched side serves: a directory or a Hub repo id
+    checkpoint_revision: str | None = None  # stamped on a launched side's run
 
 
 @dataclass
@@ -44,8 +46,8 @@ class SideRun:
 
 
 @contextlib.contextmanager
-def targets_for(sides: Sequence[GateSide], checkpoint: Path | str | None, out_dir: Path, *, api_key: str, timeout: float,
-                forcing: dict[str, Any], checkpoint_revision: str | None, meanwhile: Callable[[], None] | None = None
+def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeout: float,
+                forcing: dict[str, Any], meanwhile: Callable[[], None] | None = None
                 ) -> Iterator[tuple[list[SideRun], Callable[[], None]]]:
     """(a Target per side, `release`); launched servers all start at once. `release()` starts stopping
     them all in the background (the caller writes its reports meanwhile); leaving waits until every
@@ -57,7 +59,7 @@ def targets_for(sides: Sequence[GateSide], checkpoint: Path | str | None, out_di
         if side.base_url is not None:
             continue
         try:
-            launched[side.name] = start(side.profile, checkpoint, log_dir=out_dir / side.name)
+            launched[side.name] = start(side.profile, side.checkpoint, log_dir=out_dir / side.name)
         except BaseException as exc:  # a later side's set-up failed: the servers already started go too
             for process in launched.values():
                 process.stop()
@@ -92,10 +94,10 @@ def targets_for(sides: Sequence[GateSide], checkpoint: Path | str | None, out_di
                 base_url=server.base_url if server else side.base_url, model=server.model if server else side.model,
                 profile=side.profile, api_key=api_key, timeout=timeout, **forcing,
                 version=server.version if server else None, args=tuple(server.args) if server else (),
-                checkpoint_revision=checkpoint_revision if server else None,
+                checkpoint_revision=side.checkpoint_revision if server else None,
             )  # fmt: skip
-            local = server is not None and checkpoint is not None and Path(checkpoint).is_dir()  # else a Hub repo id
-            runs.append(SideRun(side, target, markers_for_checkpoint(Path(checkpoint) if local else None),
+            local = server is not None and side.checkpoint is not None and Path(side.checkpoint).is_dir()  # else a repo id
+            runs.append(SideRun(side, target, markers_for_checkpoint(Path(side.checkpoint) if local else None),
                                 round(server.startup_seconds, 1) if server else None))
         yield runs, release
     finally:

@@ -171,11 +171,19 @@ def test_the_html_page_highlights_the_differing_cells_in_headless_chromium(runs,
         browser.close()
 
 
-def test_the_matrix_of_real_legacy_and_hf_runs_shows_their_known_differences(legacy_server, hf_server, tmp_path):
-    """vllm tier: the same shipped cases recorded from both real servers, then put side by side."""
-    for server in (legacy_server, hf_server):
+def test_the_matrix_of_real_legacy_and_hf_runs_shows_their_known_differences(legacy_server, hf_server, hf_rust_server,
+                                                                            transformers_serve_server, tmp_path):
+    """vllm tier: the same shipped cases recorded from the four real servers, then put side by side."""
+    servers = (legacy_server, hf_server, hf_rust_server, transformers_serve_server)
+    for server in servers:
         main(["run", "--base-url", server.base_url, "--model", server.model, "--profile", server.profile.name,
               "--out", str(tmp_path / server.profile.name)])
+    four = build_matrix([read_run_dir(tmp_path / server.profile.name) for server in servers])
+    assert [column["stamp"]["profile"] for column in four["columns"]] == ["legacy", "hf", "hf-rust", "transformers-serve"]
+    preflight = _rows(four)[("cors-preflight-chat-from-browser-origin", "non-stream")]["cells"]
+    assert [cell["answer"].split(",")[0] for cell in preflight] == ["HTTP 400", "HTTP 400", "HTTP 200", "HTTP 405"]
+    assert [bool(cell["differences"]) for cell in preflight] == [False, False, True, True]
+    assert {cell["outcome"] for row in four["rows"] for cell in row["cells"]} <= {"pass", "skip"}  # declared skips
     assert main(["contract", str(tmp_path / "legacy"), str(tmp_path / "hf"), "--out", str(tmp_path / "m")]) == 0
     matrix = build_matrix([read_run_dir(tmp_path / name) for name in ("legacy", "hf")])
     rows = _rows(matrix)

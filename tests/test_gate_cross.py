@@ -3,20 +3,21 @@
 
 The differences it must find are the ones seen on the real servers (../shared/facts/rust-frontend.md):
 the named tool choice hf refuses is accepted, the browser preflight hf refuses with 400 is answered 200
-(still without Access-Control-Allow-Origin), and, while the hf-rust record cannot force outputs, every
-forced case is a skip under the candidate with that reason, never a pass.
+(still without Access-Control-Allow-Origin), and the forced outputs' reasoning comes back trimmed. No
+expectations ship for this pair, so every difference is unacknowledged: exit 1. A gate with
+transformers-serve launches it on its record's fixture variant, the baseline on the full checkpoint.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from conformance.cases import load_suite
 from conformance.cli import main
 from conformance.expectations import shipped_expectations
-from conformance.profiles import NoForcing, profile_record
+from conformance.profiles import profile_record
 
 
 @pytest.mark.vllm
@@ -24,14 +25,13 @@ def test_the_gate_from_the_python_to_the_rust_frontend_finds_their_real_differen
     out = tmp_path / "gate"
     code = main(["gate", "--baseline", "hf", "--candidate", "hf-rust", "--out", str(out)])
     gate = json.loads((out / "gate.json").read_text())
-    cases = load_suite(None)
-    judged = any("hf-rust" in case.expect for case in cases)  # cases carry hf-rust expectations once recorded
-    assert code == (1 if judged else 2), gate["verdict"]["line"]
+    assert code == 1, gate["verdict"]["line"]
     assert "expectations: none (no expectations ship for hf -> hf-rust" in capsys.readouterr().err
     assert shipped_expectations("hf", "hf-rust") is None and gate["expectations"]["file"] is None
     sides = gate["sides"]
     assert (sides["baseline"]["stamp"]["profile"], sides["candidate"]["stamp"]["profile"]) == ("hf", "hf-rust")
-    assert sides["baseline"]["summary"]["counts"]["pass"] == sides["baseline"]["summary"]["total"]
+    for side in ("baseline", "candidate"):  # each judged on its own expectations, forced outputs included
+        assert sides[side]["summary"]["counts"]["pass"] == sides[side]["summary"]["total"], side
     assert sides["candidate"]["startup_seconds"] > 0 and sides["candidate"]["stamp"]["server_version"]
     found = {(d["case_id"], d["mode"], d["kind"], d["field"]): d for d in gate["differences"]}
 
@@ -57,12 +57,8 @@ def test_the_gate_from_the_python_to_the_rust_frontend_finds_their_real_differen
     assert base.startswith("`HTTP 400, access-control-allow-origin: absent`")
     assert cand.startswith("**≠** `HTTP 200, access-control-allow-origin: absent`") and "preflight.status" in cand
 
-    if isinstance(profile_record("hf-rust").forcing, NoForcing):
-        reason = profile_record("hf-rust").forcing.reason
-        for case in (c for c in cases if c.force is not None):
-            for mode in case.modes:
-                outcome = found[(case.id, mode, "outcome", None)]
-                assert (outcome["baseline"], outcome["candidate"]) == ("pass", "skip") and reason in outcome["summary"]
+    reasoning = found[("reasoning-then-one-call", "non-stream", "message", "reasoning")]  # the Rust frontend trims
+    assert (reasoning["baseline"], reasoning["candidate"]) == ("\nThe user wants weather.\n", "The user wants weather.")
 
 
 @pytest.mark.vllm
@@ -95,3 +91,26 @@ def test_the_cors_advice_of_both_vllm_frontends_lets_the_browser_origin_in(tiny_
     finally:
         for process in processes:
             process.stop()
+
+
+@pytest.mark.vllm
+def test_a_gate_launches_each_side_on_the_fixture_variant_its_record_asks_for(tmp_path):
+    """hf -> transformers-serve: hf serves the full tiny checkpoint, transformers serve the variant whose
+    content closes on the end token (its record's fixture_variant); both are judged on their own
+    expectations, and the preflight hf refuses with 400 is a 405 there."""
+    out = tmp_path / "gate"
+    code = main(["gate", "--baseline", "hf", "--candidate", "transformers-serve", "--out", str(out),
+                 "--case", "reasoning-then-one-call", "--case", "cors-preflight-chat-from-browser-origin"])
+    gate = json.loads((out / "gate.json").read_text())
+    assert code == 1, gate["verdict"]["line"]  # no expectations ship for this pair
+    sides = gate["sides"]
+    served = {side: json.loads((out / side / "run.json").read_text()) for side in ("baseline", "candidate")}
+    checkpoints = {side: run["stamp"]["model"] for side, run in served.items()}  # the directory it was started on
+    assert Path(checkpoints["baseline"]).name == "checkpoint"
+    assert Path(checkpoints["candidate"]).name == "checkpoint-" + profile_record("transformers-serve").fixture_variant
+    for side in ("baseline", "candidate"):
+        assert sides[side]["summary"]["counts"]["pass"] == sides[side]["summary"]["total"], side
+    found = {(d["case_id"], d["mode"], d["kind"], d["field"]): d for d in gate["differences"]}
+    [preflight] = [d for d in gate["differences"] if d["case_id"] == "cors-preflight-chat-from-browser-origin"]
+    assert preflight["kind"] == "request_refused" and "answered HTTP 400 under the baseline, 405" in preflight["summary"]
+    assert {kind for (case, _, kind, _) in found if case == "reasoning-then-one-call"} >= {"reasoning_field"}

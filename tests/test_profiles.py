@@ -278,9 +278,9 @@ def test_a_gate_side_that_cannot_be_set_up_stops_the_side_already_started(tmp_pa
     monkeypatch.setitem(PROFILES, "broken-setup",
                         replace(broken, launch=replace(broken.launch, runtime=FailingSetup())))
     before = set(descendant_pids(os.getpid()))
-    sides = [GateSide("baseline", "fake-server"), GateSide("candidate", "broken-setup")]
+    sides = [GateSide("baseline", "fake-server", checkpoint="some/model"),
+             GateSide("candidate", "broken-setup", checkpoint="some/model")]
     with pytest.raises(GateSetupError, match="could not start the candidate server: .*refused the download"):
-        with targets_for(sides, "some/model", tmp_path / "gate", api_key="k", timeout=30, forcing={},
-                         checkpoint_revision=None):
+        with targets_for(sides, tmp_path / "gate", api_key="k", timeout=30, forcing={}):
             pass
     assert [pid for pid in set(descendant_pids(os.getpid())) - before if pid_alive(pid)] == []

@@ -238,13 +238,12 @@ def run_gate(args: argparse.Namespace) -> int:
         return _error("gate", "\n".join(problems))
     out_dir = args.out or Path("reports") / f"gate-{_stamp_time()}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    checkpoint, revision = _checkpoint(args, out_dir, sides)
+    sides = _with_checkpoints(args, out_dir, sides)
     print(f"gate: {sides[0].profile} -> {sides[1].profile}, {len(cases)} cases; writing to {out_dir}", file=sys.stderr)
     print(f"expectations: {source['file'] or 'none'} ({source['note']})", file=sys.stderr)
     try:
-        with targets_for(sides, checkpoint, out_dir, api_key=args.api_key, timeout=args.timeout,
-                         forcing=forcing_fields(args.forcing), checkpoint_revision=revision,
-                         meanwhile=_import_reports) as (runs, release):
+        with targets_for(sides, out_dir, api_key=args.api_key, timeout=args.timeout,
+                         forcing=forcing_fields(args.forcing), meanwhile=_import_reports) as (runs, release):
             recordings, cors = run_gate_sides(runs, cases, out_dir, concurrency=args.concurrency,
                                               origin=args.origin or DEFAULT_ORIGIN)
             release()  # the servers shut down while the reports are written
@@ -254,14 +253,26 @@ def run_gate(args: argparse.Namespace) -> int:
         return _error("gate", str(exc))
 
 
-def _checkpoint(args: argparse.Namespace, out_dir: Path, sides: list[Any]) -> tuple[Path | str | None, str | None]:
-    """The checkpoint launched sides serve: --model, else the tiny one built into the output directory."""
-    if all(side.base_url for side in sides):
-        return args.model, None
-    if args.model is not None:
-        return args.model, None
+def _with_checkpoints(args: argparse.Namespace, out_dir: Path, sides: list[Any]) -> list[Any]:
+    """The sides, each launched one with what it serves: --model, else the tiny checkpoint in the
+    variant its profile record asks for (transformers-serve's closes content on the end token),
+    built into the output directory once per variant."""
+    from dataclasses import replace
+
     from conformance.commands.run import _directory_digest
     from conformance.fixture import build_fixture
+    from conformance.profiles import profile_record
 
-    checkpoint = build_fixture(out_dir / "checkpoint", variant="full")
-    return checkpoint, _directory_digest(checkpoint)
+    built: dict[str, tuple[Path, str]] = {}
+    with_checkpoints = []
+    for side in sides:
+        if side.base_url is None and args.model is not None:
+            side = replace(side, checkpoint=args.model)
+        elif side.base_url is None:
+            variant = profile_record(side.profile).fixture_variant
+            if variant not in built:
+                folder = build_fixture(out_dir / ("checkpoint" if variant == "full" else f"checkpoint-{variant}"), variant)
+                built[variant] = (folder, _directory_digest(folder))
+            side = replace(side, checkpoint=built[variant][0], checkpoint_revision=built[variant][1])
+        with_checkpoints.append(side)
+    return with_checkpoints
