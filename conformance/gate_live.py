@@ -93,6 +93,7 @@ def targets_for(sides: Sequence[GateSide], checkpoint: Path | str | None, out_di
                 profile=side.profile, api_key=api_key, timeout=timeout, **forcing,
                 version=server.version if server else None, args=tuple(server.args) if server else (),
                 checkpoint_revision=checkpoint_revision if server else None,
+                build=server.profile.build_note if server else None,
             )  # fmt: skip
             local = server is not None and checkpoint is not None and Path(checkpoint).is_dir()  # else a Hub repo id
             runs.append(SideRun(side, target, markers_for_checkpoint(Path(checkpoint) if local else None),
