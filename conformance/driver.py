@@ -52,6 +52,7 @@ class Target:
     version: str | None = None
     args: tuple[str, ...] = ()
     checkpoint_revision: str | None = None
+    build: str | None = None  # the launched record's build note (a combination no one ships), for the stamp
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES  # a longer SSE line (or non-streaming body) is an `error`
 
     @property
@@ -81,7 +82,8 @@ class Target:
         return value
 
     def stamp(self) -> ServerStamp:
-        return ServerStamp(self.shown_url, self.model, self.profile, self.version, self.args, self.checkpoint_revision)
+        return ServerStamp(self.shown_url, self.model, self.profile, self.version, self.args, self.checkpoint_revision,
+                           self.build)
 
 
 def redact_url(url: str) -> str:

