@@ -364,7 +364,7 @@ def test_a_probe_answered_with_html_cannot_tell_so_forced_cases_are_errors_not_s
         httpd.server_close()
     assert posts == ["/v1/chat/completions"]  # the probe only: forcing is not assumed
     reason = ("transport: not sent: the forcing probe cannot tell whether the server forces outputs: the answer to "
-              f"/v1/chat/completions is not JSON: '<html>a proxy page</html>'")
+              "/v1/chat/completions is not JSON: '<html>a proxy page</html>'")
     assert {r.mode: (r.outcome, r.reason) for r in output.results} == {"non-stream": ("error", reason),
                                                                         "stream": ("error", reason)}
     assert output.summary.exit_code == 2

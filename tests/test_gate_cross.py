@@ -111,6 +111,7 @@ def test_a_gate_launches_each_side_on_the_fixture_variant_its_record_asks_for(tm
     for side in ("baseline", "candidate"):
         assert sides[side]["summary"]["counts"]["pass"] == sides[side]["summary"]["total"], side
     found = {(d["case_id"], d["mode"], d["kind"], d["field"]): d for d in gate["differences"]}
-    [preflight] = [d for d in gate["differences"] if d["case_id"] == "cors-preflight-chat-from-browser-origin"]
-    assert preflight["kind"] == "request_refused" and "answered HTTP 400 under the baseline, 405" in preflight["summary"]
+    [preflight] = [d for d in gate["differences"]
+                   if d["case_id"] == "cors-preflight-chat-from-browser-origin" and d["kind"] == "request_refused"]
+    assert "answered HTTP 400 under the baseline, 405" in preflight["summary"]
     assert {kind for (case, _, kind, _) in found if case == "reasoning-then-one-call"} >= {"reasoning_field"}
