@@ -1,5 +1,5 @@
-"""The default case set's recordings from real vLLM 0.32 (hf and legacy profiles) through all four
-real clients (vllm tier): what docs/vllm-0.32-contract.md section 8 says each client does."""
+"""The default case set's recordings from the real servers (hf, legacy, hf-rust, transformers-serve)
+through all four real clients (vllm tier): what docs/vllm-0.32-contract.md section 8 says each client does."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ CONTRACT = Path(__file__).resolve().parents[1] / "docs" / "vllm-0.32-contract.md
 
 
 @pytest.fixture(scope="module")
-def replayed(hf_server, legacy_server, tiny_checkpoint, tmp_path_factory):
+def replayed(hf_server, legacy_server, hf_rust_server, transformers_serve_server, tiny_checkpoint, tmp_path_factory):
     """{profile: (findings, transcripts by (case, mode), idiom findings)} after `conformance clients` over each live run."""
     out = {}
-    for server in (hf_server, legacy_server):
+    for server in (hf_server, legacy_server, hf_rust_server, transformers_serve_server):
         run_dir = tmp_path_factory.mktemp(f"clients-{server.profile.name}")
         _, transcripts = live_run(server, tiny_checkpoint, run_dir)
         assert main(["clients", str(run_dir)]) == 0
@@ -30,7 +30,7 @@ def replayed(hf_server, legacy_server, tiny_checkpoint, tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("profile", ["hf", "legacy"])
+@pytest.mark.parametrize("profile", ["hf", "legacy", "hf-rust", "transformers-serve"])
 def test_every_recorded_chat_answer_went_through_every_client(replayed, profile):
     findings, transcripts, _ = replayed[profile]
     answered = {key for key, t in transcripts.items() if t.endpoint == "chat" and t.status is not None}
@@ -93,12 +93,14 @@ def test_the_contract_documents_matrix_is_what_the_clients_did(replayed):
     from conformance.clients.jobs import CLIENT_OF
     from conformance.report.clients_markdown import counts_text
 
-    table = {}
-    for line in CONTRACT.read_text(encoding="utf-8").split('<a id="8"></a>')[1].splitlines():
-        if line.startswith("| `"):
-            api, hf, legacy = (part.strip() for part in line.strip("|").split("|"))
-            table[api.split("`")[1]] = {"hf": hf, "legacy": legacy}
-    assert set(table) == set(CLIENT_OF)
+    table, profiles = {}, []
+    for line in CONTRACT.read_text(encoding="utf-8").split('<a id="8"></a>')[1].split('<a id="8.1"></a>')[0].splitlines():
+        cells = [part.strip() for part in line.strip().strip("|").split("|")]
+        if line.startswith("| client call |"):
+            profiles = cells[1:]
+        elif line.startswith("| `"):
+            table[cells[0].split("`")[1]] = dict(zip(profiles, cells[1:]))
+    assert set(table) == set(CLIENT_OF) and set(profiles) == set(replayed)
     for profile, (findings, _, _) in replayed.items():
         for api in CLIENT_OF:
             counted = Counter(f.outcome for f in findings if f.api == api and f.outcome != "not_run")
@@ -129,3 +131,48 @@ def test_each_client_idiom_hands_its_caller_what_section_8_1_says(replayed):
             assert not idiom.raised and '"name": "get_weather"' in idiom.surfaced and "Paris" in idiom.surfaced
         else:  # LiteLLM and the AI SDK hand back the grammar's call as it came
             assert not idiom.raised and '"arguments": "true"' in idiom.surfaced, name
+
+
+@pytest.mark.parametrize("profile", ["hf-rust", "transformers-serve"])
+def test_the_ai_sdk_enforces_the_tool_choice_the_server_accepted_and_did_not_enforce(replayed, profile):
+    """Section 8: both accept a named or `none` tool choice and answer as without it; the AI SDK's
+    generateText then raises AI_ToolChoiceViolationError itself, where the other clients hand the answer on."""
+    findings, _, _ = replayed[profile]
+    raised = {(f.case_id, f.reason) for f in findings if f.api == "ai-sdk.generateText" and f.outcome == "raised"}
+    assert ("tool-choice-named", "AI_ToolChoiceViolationError: Model response did not contain a call to the "
+                                 "required tool 'get_weather'.") in raised
+    assert ("tool-choice-none", "AI_ToolChoiceViolationError: Model response contained a tool call even though "
+                                "tool choice was none.") in raised
+    others = {f.outcome for f in findings if f.case_id in ("tool-choice-named", "tool-choice-none")
+              and f.mode == "non-stream" and f.client in ("openai-python", "litellm")}
+    assert others == {"same"}
+
+
+def test_transformers_serves_422_message_does_not_reach_the_callers(replayed):
+    """Section 8: its refusal of `include_reasoning` is FastAPI's `detail` shape, which openai-python,
+    LiteLLM and the AI SDK do not read: their error does not carry the server's message."""
+    findings, _, _ = replayed["transformers-serve"]
+    for api in ("openai.create", "litellm.completion", "ai-sdk.generateText"):
+        [finding] = [f for f in findings if f.api == api and f.case_id == "include-reasoning-false"]
+        assert finding.outcome == "lost" and "Unexpected fields in the request" in finding.reason, api
+
+
+@pytest.mark.parametrize("profile", ["hf-rust", "transformers-serve"])
+def test_servers_that_accept_every_idiom_enforce_none_of_them(replayed, profile):
+    """Section 8.1: 200 for every idiom; the forced cases' call reaches every caller; a named choice
+    (unforced) gives no call: silently for LangChain and LiteLLM (`None` from with_structured_output),
+    AI_ToolChoiceViolationError from the AI SDK."""
+    idioms = {i.idiom: i for i in replayed[profile][2]}
+    assert all(i.status == 200 for i in idioms.values())
+    for name, idiom in idioms.items():
+        if idiom.case_id in ("client-idiom-tool-choice-required", "client-idiom-parallel-tool-calls-false"):
+            assert not idiom.raised and '"get_weather"' in idiom.surfaced and "Paris" in idiom.surfaced, name
+        elif name.startswith("AI SDK") and idiom.case_id == "client-idiom-tool-choice-named":
+            assert idiom.raised and idiom.surfaced.startswith("AI_ToolChoiceViolationError"), name
+        elif idiom.case_id == "client-idiom-langchain-structured-output":
+            assert not idiom.raised and idiom.surfaced == "None", name
+        elif idiom.case_id == "client-idiom-tool-choice-named":
+            assert not idiom.raised and idiom.surfaced == "tool_calls: []", name
+        else:
+            assert idiom.case_id == "client-idiom-openai-pydantic-function-tool" and profile == "hf-rust", name
+            assert idiom.raised and idiom.surfaced.startswith("LengthFinishReasonError"), name
