@@ -131,26 +131,15 @@ def server_pool(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
         pool.close()
 
 
-@pytest.fixture(scope="session")
-def hf_server(server_pool: ServerPool) -> Server:
-    return server_pool.get("hf")
+def _server_fixture(name: str, profile: str):
+    @pytest.fixture(scope="session", name=name)
+    def server(server_pool: ServerPool) -> Server:
+        return server_pool.get(profile)
+
+    server.__doc__ = f"The real {profile} server of the pool, serving the tiny checkpoint."
+    return server
 
 
-@pytest.fixture(scope="session")
-def legacy_server(server_pool: ServerPool) -> Server:
-    return server_pool.get("legacy")
-
-
-@pytest.fixture(scope="session")
-def hf_rust_server(server_pool: ServerPool) -> Server:
-    return server_pool.get("hf-rust")
-
-
-@pytest.fixture(scope="session")
-def hf_033_server(server_pool: ServerPool) -> Server:
-    return server_pool.get("hf-0.33")
-
-
-@pytest.fixture(scope="session")
-def transformers_serve_server(server_pool: ServerPool) -> Server:
-    return server_pool.get("transformers-serve")
+# hf_server, legacy_server, ...: one session fixture per entry of SERVER_FIXTURES
+for _name, _profile in SERVER_FIXTURES.items():
+    globals()[_name] = _server_fixture(_name, _profile)
