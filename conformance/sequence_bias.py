@@ -33,7 +33,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from conformance.fixture import MARKER_TOKENS
 from conformance.forcing import ForcingUnsupported, send_forced_probe
 
 FORCING_BIAS = 1e6
@@ -78,8 +77,14 @@ class CheckpointTokenizer:
         if not Path(model).is_dir():
             raise ForcingUnsupported(f"sequence-bias forcing needs the served checkpoint's tokenizer, and the "
                                      f"model {model!r} is not a local directory")
+        from conformance.engine import CheckpointError, markers_for_checkpoint
+
         self.model = model
         self._tokenizer = AutoTokenizer.from_pretrained(model)
+        try:  # the checkpoint's own delimiters, each of which must be forced as its single token
+            self.markers = markers_for_checkpoint(Path(model))
+        except CheckpointError as exc:
+            raise OSError(str(exc)) from exc
 
     @property
     def end_token_id(self) -> int:
@@ -113,7 +118,7 @@ def forced_ids(tokenizer: CheckpointTokenizer, raw_text: str) -> list[int]:
     ids = tokenizer.tokenize(raw_text)
     if tokenizer.detokenize(ids) != raw_text:
         raise ValueError(f"the checkpoint's tokenizer does not give back {raw_text!r} from its own ids")
-    for marker in MARKER_TOKENS:
+    for marker in tokenizer.markers:
         marker_ids = tokenizer.tokenize(marker)
         if raw_text.count(marker) and (len(marker_ids) != 1 or ids.count(marker_ids[0]) != raw_text.count(marker)):
             raise ValueError(f"marker {marker!r} is not spelled as its single token in the forced ids")
