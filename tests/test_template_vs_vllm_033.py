@@ -1,0 +1,82 @@
+"""Differential test: the audit's `vllm_0_33` verdicts equal what vLLM 0.33's own code decides.
+
+0.33 cannot be imported next to 0.32: its functions run in one worker process under the hf-0.33
+profile's PYTHONPATH (the overlay, `VllmCpuOverlay`, built on first use), asked the same way as
+0.32 in-process (tests/vllm_decides.py): every real fixture and the whole mutation corpus in one
+batch, then hypothesis's templates one by one. The same answers show that 0.33's new parser
+combinations need no configuration of their own (conformance/audit_033.py). The real 0.33 server's
+start-up on the fixture variants: tests/test_server.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from conformance import audit_033
+from conformance.runtimes.vllm_033 import VllmCpuOverlay
+from conformance.template import analyze_template_unbounded
+from tests.audit_helpers import GENERATED_TEMPLATES, fixture_tokenizer_configs, mutation_corpus
+from tests.vllm_decides import STARTUPS, DecisionWorker, as_verdicts
+
+pytestmark = pytest.mark.vllm
+
+# Start-ups outside CONFIGURATIONS that 0.33 accepts or words differently than 0.32.
+MIXED = {"hf_reasoning_hermes_tools": ("hermes", "hf", True), "hf_reasoning_hermes_tools_no_auto": ("hermes", "hf", False)}
+BEAM = {"tool_call_parser_hf": ("beam", None, True), "reasoning_parser_hf": (None, "beam", False),
+        "both": ("beam", "beam", True)}
+ASKED = {**STARTUPS, **MIXED, **{f"beam/{name}": startup for name, startup in BEAM.items()}}
+CASES = [*sorted(fixture_tokenizer_configs().items()), *mutation_corpus()]
+
+
+@pytest.fixture(scope="module")
+def worker():
+    worker = DecisionWorker(VllmCpuOverlay("0.33.0").resolve(None).env["PYTHONPATH"], ASKED)
+    assert worker.version == "0.33.0"  # the overlay's vLLM, not this venv's 0.32
+    yield worker
+    worker.close()
+
+
+@pytest.fixture(scope="module")
+def answers(worker: DecisionWorker) -> dict[str, dict[str, str | None]]:
+    """vLLM 0.33's errors per start-up for every fixture and corpus template, asked in one batch."""
+    return dict(zip([case_id for case_id, _ in CASES], worker.errors([config for _, config in CASES]), strict=True))
+
+
+def _configurations(errors: dict[str, str | None]) -> dict[str, str | None]:
+    return {name: errors[name] for name in STARTUPS}
+
+
+def test_fixture_and_corpus_prediction_equals_vllm_033(answers) -> None:
+    disagreements = {}
+    for case_id, tokenizer_config in CASES:
+        ours, theirs = analyze_template_unbounded(tokenizer_config).vllm_0_33, as_verdicts(_configurations(answers[case_id]))
+        if ours != theirs:
+            disagreements[case_id] = {"ours": ours, "vllm 0.33": theirs}
+    assert not disagreements, disagreements
+    assert len(CASES) > 500
+    seen = {error for errors in answers.values() for error in _configurations(errors).values()}
+    # the corpus reaches 0.33's own texts, in the engine and in the frontend
+    assert {None, audit_033.ENGINE_MISSING, audit_033.frontend_missing(reasoning=False, tools=True)} <= seen
+
+
+def test_the_new_parser_combinations_need_no_configuration_of_their_own(answers) -> None:
+    """`--reasoning-parser hf --tool-call-parser hermes` without auto tool choice is `--reasoning-parser hf`;
+    with it, no template makes it start; `beam` decides as `hf` does, naming its own flags."""
+    combined = "--reasoning-parser hf and --tool-call-parser hermes cannot be combined"
+    for case_id, _ in CASES:
+        errors = answers[case_id]
+        assert errors["hf_reasoning_hermes_tools_no_auto"] == errors["reasoning_parser_hf"], case_id
+        assert errors["hf_reasoning_hermes_tools"] in (combined, errors["reasoning_parser_hf"]), case_id
+        for name in BEAM:
+            hf = errors[name] and errors[name].replace("-parser hf", "-parser beam")
+            assert errors[f"beam/{name}"] == hf, case_id
+    assert any(errors["hf_reasoning_hermes_tools"] == combined for errors in answers.values())
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(template=GENERATED_TEMPLATES)
+def test_generated_templates_prediction_equals_vllm_033(worker: DecisionWorker, template: object) -> None:
+    tokenizer_config = {"response_template": template}
+    (errors,) = worker.errors([tokenizer_config])
+    assert analyze_template_unbounded(tokenizer_config).vllm_0_33 == as_verdicts(_configurations(errors))
