@@ -78,6 +78,11 @@ class CheckpointAudit:
         return self.template.vllm_0_32_rust if self.template is not None else None
 
     @property
+    def vllm_0_33_rust(self) -> dict[str, RustVerdict] | None:
+        """As `vllm_0_32_rust`, for vLLM 0.33's Rust frontend."""
+        return self.template.vllm_0_33_rust if self.template is not None else None
+
+    @property
     def findings(self) -> tuple[Finding, ...]:
         return (self.template.findings if self.template is not None else ()) + tuple(self.offline_findings)
 

@@ -22,6 +22,11 @@ the real 0.33 server.
   hermes` is `--reasoning-parser hf` alone. A new parser `beam` (`parser/beam.py`) is a
   response-template parser with the same startup rules, its flags named `beam`. Neither needs a
   configuration of its own: the differential test shows their verdicts follow from the three.
+
+The Rust frontend (`vllm/vllm-rs` in the same wheel) keeps 0.32's rules (`audit_rust.py`: the per-request
+template compiler, the selection rule for a single `hf` flag); only its managed engine, 0.33's Python
+code, refuses a missing template with `ENGINE_MISSING`. `tests/test_audit_rust_vs_vllm_rs_033.py`
+proves it against the 0.33 binary's `vllm-rs render` and 0.33's engine configuration code.
 """
 
 from __future__ import annotations

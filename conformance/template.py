@@ -98,6 +98,7 @@ class TemplateAnalysis:
     vllm_0_32: dict[str, StartupVerdict] = field(default_factory=dict)
     vllm_0_32_rust: dict[str, RustVerdict] = field(default_factory=dict)  # `vllm-rs serve` (audit_rust.py)
     vllm_0_33: dict[str, StartupVerdict] = field(default_factory=dict)  # audit_033.py
+    vllm_0_33_rust: dict[str, RustVerdict] = field(default_factory=dict)  # 0.32's frontend rules, 0.33's engine
 
 
 class TemplateAnalysisTimeout(RuntimeError):
@@ -474,6 +475,7 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
         if serving_error is not None and load_error is None:
             findings.append(Finding("not-servable", f"loads, but vLLM 0.32 serving rejects it: {serving_error}"))
     fields = set(loaded.fields) if loaded else set()
+    raw_template = tokenizer_config.get(TEMPLATE_KEY)
     return TemplateAnalysis(
         metadata_key=metadata_key,
         present=present,
@@ -482,8 +484,9 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
         regions=_describe(loaded) if loaded is not None else "",
         findings=tuple(findings),
         vllm_0_32=_verdicts(template, serving_error, fields),
-        vllm_0_32_rust=rust_verdicts(tokenizer_config.get(TEMPLATE_KEY), _engine_error(template, serving_error)),
+        vllm_0_32_rust=rust_verdicts(raw_template, _engine_error(template, serving_error)),
         vllm_0_33=_verdicts(template, serving_error, fields, audit_033.ENGINE_MISSING, audit_033.frontend_missing),
+        vllm_0_33_rust=rust_verdicts(raw_template, _engine_error(template, serving_error, audit_033.ENGINE_MISSING)),
     )
 
 

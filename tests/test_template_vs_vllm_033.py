@@ -14,10 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from conformance import audit_033
-from conformance.runtimes.vllm_033 import VllmCpuOverlay
 from conformance.template import analyze_template_unbounded
 from tests.audit_helpers import GENERATED_TEMPLATES, fixture_tokenizer_configs, mutation_corpus
-from tests.vllm_decides import STARTUPS, DecisionWorker, as_verdicts
+from tests.vllm_decides import STARTUPS, DecisionWorker, as_verdicts, overlay_worker
 
 pytestmark = pytest.mark.vllm
 
@@ -31,8 +30,7 @@ CASES = [*sorted(fixture_tokenizer_configs().items()), *mutation_corpus()]
 
 @pytest.fixture(scope="module")
 def worker():
-    worker = DecisionWorker(VllmCpuOverlay("0.33.0").resolve(None).env["PYTHONPATH"], ASKED)
-    assert worker.version == "0.33.0"  # the overlay's vLLM, not this venv's 0.32
+    worker = overlay_worker("0.33.0", ASKED)  # the overlay's vLLM, not this venv's 0.32
     yield worker
     worker.close()
 

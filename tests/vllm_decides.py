@@ -3,7 +3,8 @@
 Whichever vLLM is importable decides: the 0.32 differential test calls it in-process; for another
 release (0.33's overlay) `python -m tests.vllm_decides` runs as a worker under that release's
 PYTHONPATH (`DecisionWorker`): each line in is a JSON list of tokenizer_configs, each line out the
-list of their decisions, so a whole corpus costs one line and one process.
+list of their decisions (and, under `ENGINE`, the engine configuration's alone, for the Rust
+frontend's managed engine), so a whole corpus costs one line and one process.
 
 The tokenizer is a minimal stand-in (`response_template` attribute and `init_kwargs`, as transformers
 exposes them); the decision follows vLLM's start-up order: the engine configuration (with a reasoning
@@ -32,6 +33,9 @@ STARTUPS: dict[str, Startup] = {
 }
 
 
+ENGINE = "engine configuration, --reasoning-parser hf"
+
+
 class TokenizerStandIn:
     """What vLLM reads from a transformers tokenizer for the hf parser, and little else."""
 
@@ -49,18 +53,21 @@ class TokenizerStandIn:
         return "".join(map(chr, token_ids))
 
 
+def vllm_engine_error(tokenizer: object, reasoning: str = "hf") -> str | None:
+    """The engine configuration's error with `--reasoning-parser <reasoning>` (None: it accepts it)."""
+    from vllm.reasoning import ReasoningParserManager
+
+    try:
+        parser = ReasoningParserManager.get_reasoning_parser(reasoning)(tokenizer)
+        parser.reasoning_start_str, parser.reasoning_end_str  # noqa: B018 (what the engine reads next)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
 def vllm_errors_for(tokenizer: object, startups: dict[str, Startup] = STARTUPS) -> dict[str, str | None]:
     """vLLM's first error per start-up (None: it starts)."""
     from vllm.parser.parser_manager import ParserManager
-    from vllm.reasoning import ReasoningParserManager
-
-    def engine_config(reasoning: str) -> str | None:
-        try:
-            parser = ReasoningParserManager.get_reasoning_parser(reasoning)(tokenizer)
-            parser.reasoning_start_str, parser.reasoning_end_str  # noqa: B018 (what the engine reads next)
-        except (TypeError, ValueError) as exc:
-            return str(exc)
-        return None
 
     def frontend(tool: str | None, reasoning: str | None, auto_tools: bool) -> str | None:
         try:
@@ -70,7 +77,7 @@ def vllm_errors_for(tokenizer: object, startups: dict[str, Startup] = STARTUPS) 
             return str(exc)
         return None
 
-    return {name: (reasoning and engine_config(reasoning)) or frontend(tool, reasoning, auto_tools)
+    return {name: (reasoning and vllm_engine_error(tokenizer, reasoning)) or frontend(tool, reasoning, auto_tools)
             for name, (tool, reasoning, auto_tools) in startups.items()}
 
 
@@ -114,13 +121,26 @@ class DecisionWorker:
         self.process.wait(timeout=30)
 
 
+def overlay_worker(release: str = "0.33.0", startups: dict[str, Startup] = STARTUPS) -> DecisionWorker:
+    """A worker over vLLM `release`'s overlay, as the hf-0.33 profile runs it (built on first use)."""
+    from conformance.runtimes.vllm_033 import VllmCpuOverlay
+
+    worker = DecisionWorker(VllmCpuOverlay(release).resolve(None).env["PYTHONPATH"], startups)
+    if worker.version != release:
+        worker.close()
+        raise RuntimeError(f"the worker over the {release} overlay imports vLLM {worker.version}")
+    return worker
+
+
 def _serve(startups: dict[str, Startup]) -> None:
     import vllm
 
     print(vllm.__version__, flush=True)
     for line in sys.stdin:
         try:
-            answer: object = [vllm_errors_for(TokenizerStandIn(config), startups) for config in json.loads(line)]
+            tokenizers = [TokenizerStandIn(config) for config in json.loads(line)]
+            answer: object = [{**vllm_errors_for(tokenizer, startups), ENGINE: vllm_engine_error(tokenizer)}
+                              for tokenizer in tokenizers]
         except Exception:  # noqa: BLE001 (vLLM raising anything else is a finding for the caller)
             answer = {"exception": traceback.format_exc()}
         print(json.dumps(answer), flush=True)
