@@ -4,18 +4,28 @@
 profile's PYTHONPATH (the overlay, `VllmCpuOverlay`, built on first use), asked the same way as
 0.32 in-process (tests/vllm_decides.py): every real fixture and the whole mutation corpus in one
 batch, then hypothesis's templates one by one. The same answers show that 0.33's new parser
-combinations need no configuration of their own (conformance/audit_033.py). The real 0.33 server's
-start-up on the fixture variants: tests/test_server.py.
+combinations need no configuration of their own (conformance/audit_033.py). Then the real 0.33 server
+(the hf-0.33 profile with each configuration's flags) on the fixture variants where 0.33's verdict
+reads differently (no template: engine and frontend) or where its engine refuses (both fail fast), and
+the test pool's hf-0.33 server on the full variant (the one that starts).
 """
 
 from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from conformance import audit_033
-from conformance.template import analyze_template_unbounded
+from conformance.fixture import build_fixture
+from conformance.profiles import PROFILES
+from conformance.server import Server
+from conformance.template import CONFIGURATIONS, analyze_template_unbounded
 from tests.audit_helpers import GENERATED_TEMPLATES, fixture_tokenizer_configs, mutation_corpus
+from tests.test_server import assert_starts_as_predicted
 from tests.vllm_decides import STARTUPS, DecisionWorker, as_verdicts, overlay_worker
 
 pytestmark = pytest.mark.vllm
@@ -78,3 +88,29 @@ def test_generated_templates_prediction_equals_vllm_033(worker: DecisionWorker, 
     tokenizer_config = {"response_template": template}
     (errors,) = worker.errors([tokenizer_config])
     assert analyze_template_unbounded(tokenizer_config).vllm_0_33 == as_verdicts(_configurations(errors))
+
+
+def _hf_033(configuration: str):
+    hf_033 = PROFILES["hf-0.33"]
+    return dataclasses.replace(hf_033, launch=dataclasses.replace(hf_033.launch,
+                                                                  flags=tuple(CONFIGURATIONS[configuration].split())))
+
+
+def _verdict(model: Path, configuration: str):
+    return analyze_template_unbounded(json.loads((model / "tokenizer_config.json").read_text())).vllm_0_33[configuration]
+
+
+@pytest.mark.parametrize(("variant", "configuration"), [
+    ("no-template", "both"), ("no-template", "reasoning_parser_hf"), ("no-template", "tool_call_parser_hf"),
+    ("reasoning-content", "both"),
+])
+def test_the_033_audit_predicts_what_the_real_033_server_does(variant: str, configuration: str, tmp_path: Path) -> None:
+    model = build_fixture(tmp_path / variant, variant)
+    assert_starts_as_predicted(_hf_033(configuration), model, _verdict(model, configuration), tmp_path)
+
+
+def test_the_pooled_033_server_starts_as_predicted(hf_033_server: Server, server_pool) -> None:
+    """The test pool's hf-0.33 server (started for the other real-tier tests anyway) runs with `both`."""
+    assert hf_033_server.version == "0.33.0"
+    assert " ".join(hf_033_server.profile.launch.flags) == CONFIGURATIONS["both"]
+    assert _verdict(server_pool.checkpoint_for("hf-0.33"), "both").starts
