@@ -104,6 +104,8 @@ class DecisionWorker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": os.pathsep.join([python_path, root])})
         self.version = self.process.stdout.readline().strip()  # the worker's vllm.__version__ comes first
+        if not self.version:
+            raise RuntimeError(f"the decision worker exited with {self.process.wait()} before answering")
 
     def errors(self, tokenizer_configs: list[dict]) -> list[dict[str, str | None]]:
         self.process.stdin.write(json.dumps(tokenizer_configs) + "\n")
@@ -133,9 +135,10 @@ def overlay_worker(release: str = "0.33.0", startups: dict[str, Startup] = START
 
 
 def _serve(startups: dict[str, Startup]) -> None:
+    protocol, sys.stdout = sys.stdout, sys.stderr  # vLLM logs to "sys.stdout": keep its lines out of the answers
     import vllm
 
-    print(vllm.__version__, flush=True)
+    print(vllm.__version__, file=protocol, flush=True)
     for line in sys.stdin:
         try:
             tokenizers = [TokenizerStandIn(config) for config in json.loads(line)]
@@ -143,7 +146,7 @@ def _serve(startups: dict[str, Startup]) -> None:
                               for tokenizer in tokenizers]
         except Exception:  # noqa: BLE001 (vLLM raising anything else is a finding for the caller)
             answer = {"exception": traceback.format_exc()}
-        print(json.dumps(answer), flush=True)
+        print(json.dumps(answer), file=protocol, flush=True)
 
 
 if __name__ == "__main__":
