@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from conformance import hub
 from conformance.audit_rust import RustVerdict
@@ -30,6 +31,9 @@ ANALYSIS_ERROR = "analysis_error"  # the analysis worker itself failed: a tool p
 # Statuses that say something about the checkpoint itself (exit 1); any other failure means the audit
 # could not look at the checkpoint (Hub, network, cache, access: exit 2).
 CHECKPOINT_FAULTS = frozenset({hub.INVALID_JSON, hub.TOO_LARGE, TEMPLATE_TIMEOUT, TEMPLATE_TOO_EXPENSIVE})
+
+# The Python releases whose verdicts the audit predicts (TemplateAnalysis fields); `expect` holds for each.
+PythonRelease = Literal["vllm_0_32", "vllm_0_33"]
 
 
 @dataclass
@@ -55,9 +59,17 @@ class CheckpointAudit:
 
     @property
     def vllm_0_32(self) -> dict[str, StartupVerdict] | None:
+        return self.python_verdicts("vllm_0_32")
+
+    @property
+    def vllm_0_33(self) -> dict[str, StartupVerdict] | None:
+        return self.python_verdicts("vllm_0_33")
+
+    def python_verdicts(self, release: PythonRelease) -> dict[str, StartupVerdict] | None:
+        """A Python release's verdicts; files that cannot be read fail every configuration alike."""
         if self.template is None and self.startup_error is not None:
             return {name: StartupVerdict(starts=False, error=self.startup_error) for name in CONFIGURATIONS}
-        return self.template.vllm_0_32 if self.template is not None else None
+        return getattr(self.template, release) if self.template is not None else None
 
     @property
     def vllm_0_32_rust(self) -> dict[str, RustVerdict] | None:
@@ -66,22 +78,29 @@ class CheckpointAudit:
         return self.template.vllm_0_32_rust if self.template is not None else None
 
     @property
+    def vllm_0_33_rust(self) -> dict[str, RustVerdict] | None:
+        """As `vllm_0_32_rust`, for vLLM 0.33's Rust frontend."""
+        return self.template.vllm_0_33_rust if self.template is not None else None
+
+    @property
     def findings(self) -> tuple[Finding, ...]:
         return (self.template.findings if self.template is not None else ()) + tuple(self.offline_findings)
 
     @property
     def unmet_expectations(self) -> list[str]:
-        """One message per `expect` entry the prediction does not meet (or cannot be checked)."""
+        """One message per `expect` entry and Python release whose prediction does not meet it (or one per
+        entry when it cannot be checked). vLLM 0.32's messages name no release, as before 0.33 was predicted."""
         unmet = []
         for configuration, expected in self.expect.items():
             if self.vllm_0_32 is None:
                 unmet.append(f"{configuration}: expected {expected}, but the checkpoint could not be audited ({self.status})")
                 continue
-            verdict = self.vllm_0_32[configuration]
-            predicted = configuration_outcome(verdict)
-            if predicted != expected:
-                unmet.append(f"{configuration}: expected {expected}, predicted {predicted}"
-                             + (f": {verdict.error}" if verdict.error else ""))
+            for release, verdicts in (("", self.vllm_0_32), ("vLLM 0.33 ", self.vllm_0_33)):
+                verdict = verdicts[configuration]
+                predicted = configuration_outcome(verdict)
+                if predicted != expected:
+                    unmet.append(f"{configuration}: expected {expected}, {release}predicted {predicted}"
+                                 + (f": {verdict.error}" if verdict.error else ""))
         return unmet
 
 

@@ -1,4 +1,4 @@
-"""`response_template` rules and vLLM 0.32 startup verdicts, without importing vLLM.
+"""`response_template` rules and vLLM 0.32 (and 0.33) startup verdicts, without importing vLLM.
 
 The load rules mirror vLLM 0.32's vendored loader (`vllm/parser/chat_parsing/response_templates.py`) and
 the serving checks of `vllm/parser/response_template.py` / `parser_manager.py` statement by statement, so
@@ -9,6 +9,7 @@ errors read the same.
 Templates come from checkpoints and are untrusted: `analyze_template` runs the analysis in a worker process
 with a wall-clock limit (a regex can take minutes to compile), and every regex is probed with bounded-time
 searches so a catastrophic pattern becomes a finding instead of a hang.
+vLLM 0.33 applies the same rules with other texts for a missing template (`audit_033.py`).
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import regex
 
+from conformance import audit_033
 from conformance.audit_rust import RustVerdict, rust_verdicts
 
 TEMPLATE_KEY = "response_template"
@@ -70,7 +73,7 @@ _SHOWN_PATTERN_CHARS = 40
 
 @dataclass(frozen=True)
 class StartupVerdict:
-    """Predicted outcome of starting vLLM 0.32 with one flag combination."""
+    """Predicted outcome of starting vLLM (0.32 or 0.33) with one flag combination."""
 
     starts: bool
     error: str | None  # vLLM's own innermost message when it does not start
@@ -94,6 +97,8 @@ class TemplateAnalysis:
     findings: tuple[Finding, ...]
     vllm_0_32: dict[str, StartupVerdict] = field(default_factory=dict)
     vllm_0_32_rust: dict[str, RustVerdict] = field(default_factory=dict)  # `vllm-rs serve` (audit_rust.py)
+    vllm_0_33: dict[str, StartupVerdict] = field(default_factory=dict)  # audit_033.py
+    vllm_0_33_rust: dict[str, RustVerdict] = field(default_factory=dict)  # 0.32's frontend rules, 0.33's engine
 
 
 class TemplateAnalysisTimeout(RuntimeError):
@@ -283,8 +288,12 @@ def _resolve(tokenizer_config: dict) -> dict | None:
     return template if isinstance(template, dict) else None
 
 
-def _verdicts(template: dict | None, serving_error: str | None, fields: set[str]) -> dict[str, StartupVerdict]:
-    """The first error each configuration hits, in vLLM 0.32's order (contract 1.4).
+def _verdicts(template: dict | None, serving_error: str | None, fields: set[str],
+              engine_missing: str = MISSING_TEMPLATE,
+              frontend_missing: Callable[[bool, bool], str] = lambda reasoning, tools: MISSING_TEMPLATE,
+              ) -> dict[str, StartupVerdict]:
+    """The first error each configuration hits, in vLLM 0.32's order (contract 1.4), with a release's texts
+    for a missing template (the engine's; the frontend's given whether it validates for reasoning, tools).
 
     `--reasoning-parser hf` first fails in the engine config (`_serving_template`, raw message); the
     frontend (`validate_tokenizer_response_template`) then prefixes loader errors and checks the fields.
@@ -292,7 +301,7 @@ def _verdicts(template: dict | None, serving_error: str | None, fields: set[str]
 
     def frontend(reasoning: bool, tools: bool) -> str | None:
         if template is None:
-            return MISSING_TEMPLATE
+            return frontend_missing(reasoning, tools)
         if serving_error is not None:
             return INVALID_PREFIX + serving_error
         if reasoning and THINKING not in fields:
@@ -301,7 +310,7 @@ def _verdicts(template: dict | None, serving_error: str | None, fields: set[str]
             return TOOL_CALLS_REQUIRED
         return None
 
-    engine_error = _engine_error(template, serving_error)
+    engine_error = _engine_error(template, serving_error, engine_missing)
     errors = {
         "tool_call_parser_hf": frontend(reasoning=False, tools=True),
         "reasoning_parser_hf": engine_error or frontend(reasoning=True, tools=False),
@@ -310,9 +319,9 @@ def _verdicts(template: dict | None, serving_error: str | None, fields: set[str]
     return {name: StartupVerdict(starts=error is None, error=error) for name, error in errors.items()}
 
 
-def _engine_error(template: dict | None, serving_error: str | None) -> str | None:
+def _engine_error(template: dict | None, serving_error: str | None, missing: str = MISSING_TEMPLATE) -> str | None:
     """What the engine configuration says about the template with `--reasoning-parser hf`."""
-    return MISSING_TEMPLATE if template is None else serving_error
+    return missing if template is None else serving_error
 
 
 # --- description and findings -------------------------------------------------------------------------
@@ -465,6 +474,8 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
             ))
         if serving_error is not None and load_error is None:
             findings.append(Finding("not-servable", f"loads, but vLLM 0.32 serving rejects it: {serving_error}"))
+    fields = set(loaded.fields) if loaded else set()
+    raw_template = tokenizer_config.get(TEMPLATE_KEY)
     return TemplateAnalysis(
         metadata_key=metadata_key,
         present=present,
@@ -472,8 +483,10 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
         error=load_error,
         regions=_describe(loaded) if loaded is not None else "",
         findings=tuple(findings),
-        vllm_0_32=_verdicts(template, serving_error, set(loaded.fields) if loaded else set()),
-        vllm_0_32_rust=rust_verdicts(tokenizer_config.get(TEMPLATE_KEY), _engine_error(template, serving_error)),
+        vllm_0_32=_verdicts(template, serving_error, fields),
+        vllm_0_32_rust=rust_verdicts(raw_template, _engine_error(template, serving_error)),
+        vllm_0_33=_verdicts(template, serving_error, fields, audit_033.ENGINE_MISSING, audit_033.frontend_missing),
+        vllm_0_33_rust=rust_verdicts(raw_template, _engine_error(template, serving_error, audit_033.ENGINE_MISSING)),
     )
 
 

@@ -12,6 +12,8 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+from hypothesis import strategies as st
+
 from conformance.fixture import RESPONSE_TEMPLATE_FULL
 
 # Real checkpoint metadata (a copy of the project's shared fixtures; INDEX.txt and each SOURCE.txt say where
@@ -217,6 +219,31 @@ def mutation_corpus(random_cases: int = 300, seed: int = 20261130) -> list[tuple
     corpus.append(("legacy-schema-only", {"response_schema": {"type": "object"}}))
     corpus.append(("legacy-and-template", {"response_schema": {"type": "object"}, "response_template": copy.deepcopy(QWEN3_STYLE)}))
     return corpus
+
+
+# Hypothesis: templates (and values that are not) the corpus did not think of.
+_TEXTS = st.sampled_from(["<a>", "</a>", "<think>", "(x", "(?P<n>\\w+)", "text", "json", "yaml", "xml-inline", "",
+                          "{content}", "call {name}", "\n", "role"])
+_VALUES = st.one_of(
+    _TEXTS, st.booleans(), st.integers(0, 3), st.none(),
+    st.lists(st.one_of(_TEXTS, st.integers(0, 1)), max_size=3),
+    st.dictionaries(st.sampled_from(["type", "function", "name", "arguments"]), _TEXTS, max_size=3),
+)
+_FIELD = st.dictionaries(
+    st.sampled_from(["open", "open_pattern", "close", "close_pattern", "content", "content_args", "repeats", "join",
+                     "optional", "transform", "transform_each", "foo"]),
+    _VALUES, max_size=5,
+)
+_TEMPLATE = st.fixed_dictionaries({}, optional={
+    "version": st.sampled_from([1, 2, "1", 1.0, True]),
+    "defaults": st.sampled_from([{"role": "assistant"}, [], {"tool_calls": []}]),
+    "fields": st.dictionaries(st.sampled_from(["thinking", "content", "tool_calls", "reasoning_content", "citations"]),
+                              _FIELD, max_size=4),
+    "start_anchor": _VALUES,
+    "start_anchor_pattern": _VALUES,
+    "extra": st.just(1),
+})
+GENERATED_TEMPLATES = st.one_of(_TEMPLATE, _VALUES)
 
 
 def serve_fixtures(hub) -> dict[str, str]:

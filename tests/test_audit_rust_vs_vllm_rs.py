@@ -34,7 +34,7 @@ from conformance.profiles import PROFILES
 from conformance.runtimes.vllm_rs import ensure_binary
 from conformance.template import analyze_template_unbounded
 from tests.audit_helpers import QWEN3_STYLE, mutation_corpus
-from tests.test_template_vs_vllm import TokenizerStandIn
+from tests.vllm_decides import TokenizerStandIn
 from tests.vllm_rs_render import RenderFrontend
 
 pytestmark = pytest.mark.vllm

@@ -24,7 +24,7 @@ from conformance.forcing import (
     token_ids_of_stream,
     verify_forced_output,
 )
-from conformance.profiles import PROFILES, find_vllm_error, resolve_profile, vllm_profile
+from conformance.profiles import PROFILES, Profile, find_vllm_error, resolve_profile, vllm_profile
 from conformance.server import (
     ServerStartError,
     descendant_pids,
@@ -32,6 +32,7 @@ from conformance.server import (
     pid_alive,
     start,
 )
+from conformance.template import StartupVerdict
 from tests.server_helpers import WEATHER_TOOL, chat, chat_stream
 
 # A stand-in for `python -m vllm.entrypoints.openai.api_server ...`, steered by FAKE_VLLM_MODE:
@@ -383,6 +384,12 @@ def test_the_audit_predicts_what_the_real_server_does(variant: str, configuratio
     model = build_fixture(tmp_path / variant, variant)
     predicted = predict_vllm_startup(json.loads((model / "tokenizer_config.json").read_text()))[configuration]
     profile = vllm_profile(configuration, tuple(CONFIGURATIONS[configuration].split()), f"hf flags: {configuration}")
+    assert_starts_as_predicted(profile, model, predicted, tmp_path)
+
+
+def assert_starts_as_predicted(profile: Profile, model: Path, predicted: StartupVerdict, tmp_path: Path) -> None:
+    """The real server of `profile` on `model` starts (and stops, engine included) or fails with the
+    predicted `StartupVerdict`'s message."""
     server_pids: list[int] = []
     try:
         with launch(profile, model, log_dir=tmp_path) as server:
@@ -390,7 +397,7 @@ def test_the_audit_predicts_what_the_real_server_does(variant: str, configuratio
             outcome = ("starts", None)
     except ServerStartError as error:
         outcome = ("fails", error.server_error)
-    print(f"{variant} with {configuration}: {outcome}")
+    print(f"{model.name} with {' '.join(profile.launch.flags)}: {outcome}")
     if predicted.starts:
         assert outcome == ("starts", None)
         assert len(server_pids) > 1  # the API server and its engine core ...

@@ -1,10 +1,10 @@
 """Differential test: the audit's verdicts equal what vLLM 0.32's own code decides.
 
 For every real fixture and every template of the generated mutation corpus, vLLM's functions are called
-in-process with a minimal tokenizer stand-in (`response_template` attribute and `init_kwargs`, as
-transformers exposes them): the engine-config step (`ResponseTemplateReasoningParser`, which runs
-`_serving_template`) and the frontend step (`ParserManager.get_parser` -> `_compose_parser` ->
-`validate_tokenizer_response_template`, then the parser instantiation). No server is needed.
+in-process with a minimal tokenizer stand-in (tests/vllm_decides.py): the engine-config step
+(`ResponseTemplateReasoningParser`, which runs `_serving_template`) and the frontend step
+(`ParserManager.get_parser` -> `_compose_parser` -> `validate_tokenizer_response_template`, then the
+parser instantiation). No server is needed.
 The stand-in is itself checked: for every variant of the tiny checkpoint, vLLM's decision with the real
 tokenizer (loaded by vLLM's `get_tokenizer`) equals `audit_local` of the directory. Hypothesis adds
 templates the corpus did not think of.
@@ -17,65 +17,14 @@ from pathlib import Path
 import pytest
 import regex
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from conformance.audit import audit_local
 from conformance.fixture import VARIANTS, build_fixture
-from conformance.template import StartupVerdict, analyze_template_unbounded, predict_vllm_startup
-from tests.audit_helpers import QWEN3_STYLE, fixture_tokenizer_configs, mutation_corpus
+from conformance.template import analyze_template_unbounded, predict_vllm_startup
+from tests.audit_helpers import GENERATED_TEMPLATES, QWEN3_STYLE, fixture_tokenizer_configs, mutation_corpus
+from tests.vllm_decides import vllm_decides, vllm_decides_for
 
 pytestmark = pytest.mark.vllm
-
-
-class TokenizerStandIn:
-    """What vLLM reads from a transformers tokenizer for the hf parser, and little else."""
-
-    def __init__(self, tokenizer_config: dict) -> None:
-        self.response_template = tokenizer_config.get("response_template")
-        self.init_kwargs = dict(tokenizer_config)
-
-    def get_vocab(self) -> dict[str, int]:
-        return {}
-
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return [ord(character) for character in text]
-
-    def decode(self, token_ids, **kwargs) -> str:
-        return "".join(map(chr, token_ids))
-
-
-def vllm_decides(tokenizer_config: dict) -> dict[str, StartupVerdict]:
-    return vllm_decides_for(TokenizerStandIn(tokenizer_config))
-
-
-def vllm_decides_for(tokenizer: object) -> dict[str, StartupVerdict]:
-    """vLLM 0.32's decision per configuration, in its startup order (engine config, then frontend)."""
-    from vllm.parser.parser_manager import ParserManager
-    from vllm.parser.response_template import ResponseTemplateReasoningParser
-
-    def engine_config() -> str | None:  # only with --reasoning-parser hf
-        try:
-            ResponseTemplateReasoningParser(tokenizer)
-        except (TypeError, ValueError) as exc:
-            return str(exc)
-        return None
-
-    def frontend(tools: bool, reasoning: bool) -> str | None:
-        try:
-            ParserManager.get_parser(
-                tool_parser_name="hf" if tools else None, reasoning_parser_name="hf" if reasoning else None,
-                enable_auto_tools=tools, model_name="checkpoint", tokenizer=tokenizer,
-            )
-        except TypeError as exc:
-            return str(exc)
-        return None
-
-    errors = {
-        "tool_call_parser_hf": frontend(tools=True, reasoning=False),
-        "reasoning_parser_hf": engine_config() or frontend(tools=False, reasoning=True),
-        "both": engine_config() or frontend(tools=True, reasoning=True),
-    }
-    return {name: StartupVerdict(starts=error is None, error=error) for name, error in errors.items()}
 
 
 def vllm_loader_error(tokenizer_config: dict) -> str | None:
@@ -140,31 +89,8 @@ def test_audit_local_equals_vllm_with_the_real_tokenizer(variant: str, tmp_path:
     assert audit.vllm_0_32 == vllm_decides_for(get_tokenizer(str(directory)))
 
 
-_TEXTS = st.sampled_from(["<a>", "</a>", "<think>", "(x", "(?P<n>\\w+)", "text", "json", "yaml", "xml-inline", "",
-                          "{content}", "call {name}", "\n", "role"])
-_VALUES = st.one_of(
-    _TEXTS, st.booleans(), st.integers(0, 3), st.none(),
-    st.lists(st.one_of(_TEXTS, st.integers(0, 1)), max_size=3),
-    st.dictionaries(st.sampled_from(["type", "function", "name", "arguments"]), _TEXTS, max_size=3),
-)
-_FIELD = st.dictionaries(
-    st.sampled_from(["open", "open_pattern", "close", "close_pattern", "content", "content_args", "repeats", "join",
-                     "optional", "transform", "transform_each", "foo"]),
-    _VALUES, max_size=5,
-)
-_TEMPLATE = st.fixed_dictionaries({}, optional={
-    "version": st.sampled_from([1, 2, "1", 1.0, True]),
-    "defaults": st.sampled_from([{"role": "assistant"}, [], {"tool_calls": []}]),
-    "fields": st.dictionaries(st.sampled_from(["thinking", "content", "tool_calls", "reasoning_content", "citations"]),
-                              _FIELD, max_size=4),
-    "start_anchor": _VALUES,
-    "start_anchor_pattern": _VALUES,
-    "extra": st.just(1),
-})
-
-
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(template=st.one_of(_TEMPLATE, _VALUES))
+@given(template=GENERATED_TEMPLATES)
 def test_generated_templates_prediction_equals_vllm(template: object) -> None:
     tokenizer_config = {"response_template": template}
     assert analyze_template_unbounded(tokenizer_config).vllm_0_32 == vllm_decides(tokenizer_config)

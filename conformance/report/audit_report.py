@@ -18,12 +18,13 @@ from typing import IO, Any
 
 from conformance import __version__
 from conformance.audit import OK, CheckpointAudit
-from conformance.audit_rust import RUST_CONFIGURATIONS
+from conformance.template import StartupVerdict
+from conformance.audit_rust import RUST_CONFIGURATIONS, RustVerdict
 from conformance.report.audit_offline import offline_lines
 from conformance.report.markdown_text import code_span, visible
 from conformance.template import CONFIGURATIONS
 
-TARGET = "vLLM 0.32.0"
+TARGET = "vLLM 0.32.0 and 0.33.0"
 STDOUT = Path("-")  # an output path of `-` means standard output
 
 
@@ -45,19 +46,29 @@ def audit_to_json(audit: CheckpointAudit) -> dict[str, Any]:
         } if template else None,
         "regions": template.regions if template else None,
         "findings": [{"code": f.code, "message": f.message} for f in audit.findings],
-        "vllm_0_32": {
-            name: {"starts": verdict.starts, "error": verdict.error} for name, verdict in audit.vllm_0_32.items()
-        } if audit.vllm_0_32 is not None else None,
-        "vllm_0_32_rust": {
-            name: {"outcome": verdict.outcome, "error": verdict.error, "http_status": verdict.http_status}
-            for name, verdict in audit.vllm_0_32_rust.items()
-        } if audit.vllm_0_32_rust is not None else None,
+        "vllm_0_32": _python_json(audit.vllm_0_32),
+        "vllm_0_32_rust": _rust_json(audit.vllm_0_32_rust),
+        "vllm_0_33": _python_json(audit.vllm_0_33),
+        "vllm_0_33_rust": _rust_json(audit.vllm_0_33_rust),
         "expect": audit.expect,
         "unmet_expectations": audit.unmet_expectations,
         "warnings": audit.warnings,
         "roundtrip": audit.roundtrip,
         "implementations": audit.implementations,
     }
+
+
+def _rust_json(verdicts: dict[str, RustVerdict] | None) -> dict[str, Any] | None:
+    if verdicts is None:
+        return None
+    return {name: {"outcome": verdict.outcome, "error": verdict.error, "http_status": verdict.http_status}
+            for name, verdict in verdicts.items()}
+
+
+def _python_json(verdicts: dict[str, StartupVerdict] | None) -> dict[str, Any] | None:
+    if verdicts is None:
+        return None
+    return {name: {"starts": verdict.starts, "error": verdict.error} for name, verdict in verdicts.items()}
 
 
 def build_report(audits: list[CheckpointAudit], *, started_at: datetime, complete: bool) -> dict[str, Any]:
@@ -79,19 +90,26 @@ def build_report(audits: list[CheckpointAudit], *, started_at: datetime, complet
     }
 
 
-def _outcome(checkpoint: dict, configuration: str) -> str:
-    verdicts = checkpoint["vllm_0_32"]
+def _outcome(checkpoint: dict, configuration: str, release: str = "vllm_0_32") -> str:
+    verdicts = checkpoint.get(release)  # a report written before 0.33 was predicted has no `vllm_0_33`
     if verdicts is None:
         return "n/a"
     return "starts" if verdicts[configuration]["starts"] else "fails"
 
 
+def _outcomes_033(checkpoint: dict) -> str:
+    """vLLM 0.33's outcome per configuration, in CONFIGURATIONS order."""
+    if checkpoint.get("vllm_0_33") is None:
+        return "n/a"
+    return "/".join(_outcome(checkpoint, name, "vllm_0_33") for name in CONFIGURATIONS)
+
+
 RUST_WORDS = {"starts": "starts", "refuses_to_start": "no start", "starts_but_refuses_requests": "500"}
 
 
-def _rust_outcomes(checkpoint: dict) -> str:
+def _rust_outcomes(checkpoint: dict, release: str = "vllm_0_32_rust") -> str:
     """The Rust frontend's outcome per configuration, in CONFIGURATIONS order."""
-    verdicts = checkpoint["vllm_0_32_rust"]
+    verdicts = checkpoint.get(release)  # a report written before 0.33 was predicted has no `vllm_0_33_rust`
     if verdicts is None:
         return "n/a"
     return "/".join(RUST_WORDS[verdicts[name]["outcome"]] for name in CONFIGURATIONS)
@@ -99,8 +117,10 @@ def _rust_outcomes(checkpoint: dict) -> str:
 
 def _rust_details(report: dict, checkpoint: dict) -> list[str]:
     lines = []
-    for name, verdict in (checkpoint["vllm_0_32_rust"] or {}).items():
-        flags = f"`vllm-rs serve {report['rust_configurations'][name]}`"
+    verdicts = [(name, verdict, label) for release, label in (("vllm_0_32_rust", ""), ("vllm_0_33_rust", "vLLM 0.33: "))
+                for name, verdict in (checkpoint.get(release) or {}).items()]
+    for name, verdict, label in verdicts:
+        flags = f"{label}`vllm-rs serve {report['rust_configurations'][name]}`"
         if verdict["outcome"] == "refuses_to_start":
             lines.append(f"- {flags} does not start (its Python engine refuses): {_code(verdict['error'])}")
         elif verdict["outcome"] == "starts_but_refuses_requests":
@@ -150,9 +170,10 @@ TABLE_STYLES = {"yes/yes/yes": "green", "no/no/no": "red", "UNMET": "bold red", 
 
 def _row(checkpoint: dict) -> list[str]:
     """A checkpoint's table cells after its id: revision, status, metadata, template, the outcome
-    per configuration, expectation."""
+    per configuration (0.32's, then 0.33's and the Rust frontend's in one cell each), expectation."""
     return [_revision(checkpoint), checkpoint["status"], checkpoint["metadata_key"] or "n/a", _template_state(checkpoint),
-            *(_outcome(checkpoint, name) for name in CONFIGURATIONS), _rust_outcomes(checkpoint), _expectation(checkpoint)]
+            *(_outcome(checkpoint, name) for name in CONFIGURATIONS), _outcomes_033(checkpoint), _rust_outcomes(checkpoint),
+            _rust_outcomes(checkpoint, "vllm_0_33_rust"), _expectation(checkpoint)]
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -164,14 +185,17 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "Configurations: " + "; ".join(f"`{name}` = `{flags}`" for name, flags in report["configurations"].items()) + ".",
         "",
+        "Outcomes on vLLM 0.32 per configuration, then on vLLM 0.33 (column `0.33`, in the same order, with 0.33's"
+        " own messages below); `expect` holds for both.",
+        "",
         "vLLM 0.32's Rust frontend (`vllm-rs serve`), same configurations: "
         + "; ".join(f"`{name}` = `{flags}`" for name, flags in report["rust_configurations"].items())
         + ". Its column gives them in that order: `starts`, `no start` (the server does not start) or `500`"
-        " (it starts, but refuses every chat request).",
+        " (it starts, but refuses every chat request); `vllm-rs 0.33` the same for vLLM 0.33's Rust frontend.",
         "",
         "| checkpoint | revision → commit | status | metadata | template | " + " | ".join(CONFIGURATIONS)
-        + " | vllm-rs | expect |",
-        "|---|---|---|---|---|" + "---|" * len(CONFIGURATIONS) + "---|---|",
+        + " | 0.33 | vllm-rs | vllm-rs 0.33 | expect |",
+        "|---|---|---|---|---|" + "---|" * len(CONFIGURATIONS) + "---|---|---|---|",
     ]
     for checkpoint in report["checkpoints"]:
         lines.append("| " + " | ".join(_cell(cell) for cell in [f"`{checkpoint['id']}`", *_row(checkpoint)]) + " |")
@@ -189,9 +213,10 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(f"- response_template error: {_code(template['error'])}")
         if checkpoint["regions"]:
             lines.append(f"- regions: {checkpoint['regions']}")
-        for name, verdict in (checkpoint["vllm_0_32"] or {}).items():
-            if not verdict["starts"]:
-                lines.append(f"- `{report['configurations'][name]}` fails: {_code(verdict['error'])}")
+        for release, label in (("vllm_0_32", ""), ("vllm_0_33", "vLLM 0.33: ")):
+            for name, verdict in (checkpoint.get(release) or {}).items():
+                if not verdict["starts"]:
+                    lines.append(f"- {label}`{report['configurations'][name]}` fails: {_code(verdict['error'])}")
         lines += _rust_details(report, checkpoint)
         lines += [f"- finding ({finding['code']}): {finding['message']}" for finding in checkpoint["findings"]]
         lines += [f"- warning: {warning}" for warning in checkpoint["warnings"]]

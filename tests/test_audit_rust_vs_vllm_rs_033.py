@@ -1,0 +1,85 @@
+"""Differential test: the audit's `vllm_0_33_rust` verdicts equal what vLLM 0.33's Rust frontend does.
+
+As for 0.32 (tests/test_audit_rust_vs_vllm_rs.py, whose judging this reuses): the frontend part from
+the 0.33 binary's engine-free `vllm-rs render` (the `vllm/vllm-rs` of the 0.33 wheel, in the hf-0.33
+overlay), one chat request per template of the mutation corpus; the engine part (`--reasoning-parser hf`,
+forwarded to the managed Python engine) from 0.33's own engine configuration code, asked for the whole
+corpus in one batch in a worker over the overlay (tests/vllm_decides.py). The frontend rules are 0.32's
+(conformance/audit_033.py); this shows the 0.33 binary keeps them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conformance.audit_rust import UNIFIED_PREFIX, frontend_template_error
+from conformance.fixture import build_fixture
+from conformance.runtimes.vllm_033 import rust_frontend_binary
+from conformance.template import analyze_template_unbounded
+from tests.audit_helpers import QWEN3_STYLE, mutation_corpus
+from tests.test_audit_rust_vs_vllm_rs import FLAGS, PATTERN_PIECES, observed
+from tests.vllm_decides import ENGINE, overlay_worker
+from tests.vllm_rs_render import RenderFrontend
+
+pytestmark = pytest.mark.vllm
+
+CORPUS = mutation_corpus()
+
+
+@pytest.fixture(scope="module")
+def render(tmp_path_factory: pytest.TempPathFactory) -> RenderFrontend:
+    base = build_fixture(tmp_path_factory.mktemp("tiny") / "full")
+    return RenderFrontend(rust_frontend_binary(), base, tmp_path_factory.mktemp("render"))
+
+
+@pytest.fixture(scope="module")
+def engine() -> dict[str, str | None]:
+    """Case id -> vLLM 0.33's engine configuration error for the template (None: accepted)."""
+    worker = overlay_worker("0.33.0", {})
+    try:
+        answers = worker.errors([config for _, config in CORPUS])
+    finally:
+        worker.close()
+    return {case_id: answer[ENGINE] for (case_id, _), answer in zip(CORPUS, answers, strict=True)}
+
+
+def test_corpus_prediction_equals_the_033_rust_frontend(render: RenderFrontend, engine: dict) -> None:
+    disagreements, outcomes = {}, set()
+    for case_id, tokenizer_config in CORPUS:
+        status, message = render.answer(tokenizer_config, FLAGS["both"])
+        predicted = analyze_template_unbounded(tokenizer_config).vllm_0_33_rust["both"]
+        actual = observed(engine[case_id], status, message, True)
+        frontend = frontend_template_error(tokenizer_config.get("response_template"))
+        outcomes.add(actual.outcome)
+        if predicted != actual or (frontend and UNIFIED_PREFIX + frontend) != message:
+            disagreements[case_id] = {"predicted": predicted, "vllm-rs 0.33": actual, "frontend": frontend,
+                                      "render": message}
+    assert not disagreements, json.dumps({k: {s: str(v) for s, v in d.items()} for k, d in disagreements.items()},
+                                         indent=1)
+    assert outcomes == {"starts", "refuses_to_start", "starts_but_refuses_requests"}
+    assert len(CORPUS) > 500
+
+
+@pytest.mark.parametrize("configuration", ["tool_call_parser_hf", "reasoning_parser_hf"])
+def test_one_hf_flag_is_judged_as_on_033(render: RenderFrontend, engine: dict, configuration: str) -> None:
+    for case_id, tokenizer_config in CORPUS[::40]:
+        predicted = analyze_template_unbounded(tokenizer_config).vllm_0_33_rust[configuration]
+        answer = render.answer(tokenizer_config, FLAGS[configuration])
+        assert predicted == observed(engine[case_id], *answer, configuration == "reasoning_parser_hf"), case_id
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=st.lists(st.sampled_from(PATTERN_PIECES), min_size=1, max_size=6), anchor=st.sampled_from(["open", "close"]))
+def test_generated_delimiter_patterns_equal_the_033_rust_frontend(render: RenderFrontend, pieces: list[str],
+                                                                  anchor: str) -> None:
+    template = json.loads(json.dumps(QWEN3_STYLE))
+    template["fields"]["thinking"] = {"open": "<think>", "close": "</think>"}
+    del template["fields"]["thinking"][anchor]
+    template["fields"]["thinking"][f"{anchor}_pattern"] = "".join(pieces)
+    _, message = render.answer({"response_template": template}, FLAGS["both"])
+    frontend = frontend_template_error(template)
+    assert (frontend and UNIFIED_PREFIX + frontend) == message
