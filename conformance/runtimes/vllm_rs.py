@@ -92,6 +92,12 @@ def _engine_needs_record(python: str) -> bool:
     return probe.returncode != 0
 
 
+def engine_path(interpreter: str) -> dict[str, str]:
+    """PATH with the engine interpreter's folder first, where vllm-rs finds `python3` for its engine
+    (the venv's own bin, not the resolved symlink: the engine must run inside the venv)."""
+    return {"PATH": os.pathsep.join([str(Path(interpreter).parent), os.environ.get("PATH", os.defpath)])}
+
+
 @dataclass(frozen=True)
 class VllmRustFrontend:
     """`{binary}`: vLLM `release`'s vllm-rs; its engine is the interpreter running this tool (or
@@ -104,9 +110,7 @@ class VllmRustFrontend:
     def resolve(self, python: str | Path | None) -> Resolved:
         interpreter = str(python or sys.executable)
         binary = ensure_binary(self.release, announce=lambda line: print(line, file=sys.stderr, flush=True))
-        # The venv's own bin, not the resolved symlink: the engine must run inside the venv.
-        path = [str(Path(interpreter).parent), os.environ.get("PATH", os.defpath)]
-        env = {"PATH": os.pathsep.join(path)}
+        env = engine_path(interpreter)
         if _engine_needs_record(interpreter):
             python_path = [str(distribution_record(self.record_version)), os.environ.get("PYTHONPATH", "")]
             env["PYTHONPATH"] = os.pathsep.join(part for part in python_path if part)

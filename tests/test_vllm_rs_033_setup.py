@@ -1,0 +1,52 @@
+"""The 0.33 Rust frontend's set-up without its server: vLLM 0.33's `vllm-rs` is the overlay's own copy of the
+wheel's binary, made executable where the managed engine looks for it (`<overlay>/site/vllm/vllm-rs`),
+run with the overlay as its engine; a wheel without the binary is a set-up error naming the path."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.runtimes import SetupError
+from conformance.runtimes.vllm_033 import MARKER_FILE, VllmRustOverlay, overlay_path, rust_frontend_binary
+from conformance.runtimes.vllm_rs import BINARY_MEMBER
+from tests.test_vllm_033_setup import _wheel, local_index  # noqa: F401 (a fixture)
+
+FAKE_BINARY = b"#!/bin/sh\necho fake vllm-rs 0.33 \"$@\"\n"
+
+
+@pytest.fixture
+def index_with_binary(local_index: Path, tmp_path: Path) -> Path:
+    """The fake index's vllm 0.33.0 wheel, now also carrying `vllm/vllm-rs` (stored without an exec bit)."""
+    _wheel(tmp_path / "wheels", "vllm", "0.33.0", {"vllm/__init__.py": b"RELEASE = '0.33'\n", BINARY_MEMBER: FAKE_BINARY})
+    return local_index
+
+
+def test_the_binary_is_the_overlays_own_copy_made_executable(index_with_binary: Path) -> None:
+    binary = rust_frontend_binary("0.33.0", sys.executable, announce=lambda line: None)
+    assert binary == overlay_path("0.33.0") / "site" / "vllm" / "vllm-rs"  # beside vllm/envs.py, where `auto` looks
+    assert os.access(binary, os.X_OK)
+    assert subprocess.run([binary, "serve"], capture_output=True, text=True, check=True).stdout == "fake vllm-rs 0.33 serve\n"
+    binary.chmod(0o644)  # an overlay unpacked before this step existed: the exec bit is added again
+    assert rust_frontend_binary("0.33.0", sys.executable, announce=lambda line: pytest.fail(line)) == binary
+    assert os.access(binary, os.X_OK)
+
+
+def test_the_runtime_runs_the_binary_over_the_overlays_engine(index_with_binary: Path) -> None:
+    resolved = VllmRustOverlay("0.33.0").resolve(None)
+    overlay = overlay_path("0.33.0")
+    assert resolved.placeholders == {"binary": str(overlay / "site" / "vllm" / "vllm-rs"), "python": sys.executable}
+    assert resolved.env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)  # its engine's python3
+    assert resolved.env["PYTHONPATH"].split(os.pathsep)[:2] == [str(overlay / "site"), str(overlay / "deps")]
+    assert str(index_with_binary) in resolved.env["PYTHONPATH"].split(os.pathsep)[2:]
+
+
+def test_a_wheel_without_the_binary_is_a_start_error_naming_where_it_should_be(local_index: Path) -> None:
+    expected = overlay_path("0.33.0") / "site" / "vllm" / "vllm-rs"
+    with pytest.raises(SetupError, match=f"{expected} is missing: the vllm==0.33.0 wheel"):
+        rust_frontend_binary("0.33.0", sys.executable, announce=lambda line: None)
+    assert (overlay_path("0.33.0") / MARKER_FILE).is_file()  # the Python overlay itself is fine (hf-0.33 can use it)
