@@ -53,8 +53,8 @@ class Draft:
 def _calls(message: Message) -> list[dict[str, Any]]:
     calls = []
     for call in message.tool_calls:
-        try:
-            calls.append({"name": call.name, "arguments": json.loads(call.arguments or "{}")})
+        try:  # absent arguments are the empty object; an empty string is no JSON (hermes streams one)
+            calls.append({"name": call.name, "arguments": {} if call.arguments is None else json.loads(call.arguments)})
         except json.JSONDecodeError:
             calls.append({"name": call.name, "arguments_raw": call.arguments})
     return calls

@@ -16,7 +16,7 @@ from conformance.cases import load_suite
 from conformance.driver import Target
 from conformance.engine import recheck, run
 from conformance.profiles import expectation_for
-from conformance.transcript import read_transcripts
+from conformance.transcript import ServerStamp, Transcript, read_transcripts
 from tests.fake_server import PLAIN, REASONING, fake_server
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "draft_expectations.py"
@@ -132,3 +132,16 @@ def test_a_run_without_the_profile_is_exit_2(tool, recorded, capsys) -> None:
     cases, run_dir = recorded
     assert tool.main([str(run_dir), "other-profile", "--cases", str(cases)]) == 2
     assert "holds no transcript of profile 'other-profile'" in capsys.readouterr().err
+
+
+def test_arguments_that_are_no_json_are_drafted_verbatim_and_absent_ones_as_the_empty_object(tool) -> None:
+    calls = [{"id": "call-0", "type": "function", "function": {"name": "a", "arguments": ""}},
+             {"id": "call-1", "type": "function", "function": {"name": "b"}},
+             {"id": "call-2", "type": "function", "function": {"name": "c", "arguments": '{"x": 1}'}}]
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "tool_calls": calls}, "finish_reason": "tool_calls"}]}
+    transcript = Transcript(case_id="x", mode="non-stream", profile=PROFILE, endpoint="chat",
+                            server=ServerStamp("http://127.0.0.1:1/v1", "fake", PROFILE), request={}, status=200,
+                            response=answer)
+    assert tool.observed(transcript) == {"message": {"tool_calls": [
+        {"name": "a", "arguments_raw": ""}, {"name": "b", "arguments": {}}, {"name": "c", "arguments": {"x": 1}}]},
+        "finish_reason": "tool_calls"}
