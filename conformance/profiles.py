@@ -44,7 +44,7 @@ from conformance.forcing import (
 )
 from conformance.runtimes import CurrentInterpreter, Runtime, SetupError
 from conformance.runtimes.transformers_serve import TRANSFORMERS_SERVE
-from conformance.runtimes.vllm_033 import VllmCpuOverlay
+from conformance.runtimes.vllm_033 import VllmCpuOverlay, VllmRustOverlay
 from conformance.runtimes.vllm_rs import VllmRustFrontend
 
 
@@ -390,15 +390,14 @@ def vllm_profile(name: str, flags: tuple[str, ...], description: str,
 
 
 HF_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hf", "--reasoning-parser", "hf")
+LEGACY_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
 
 
 PROFILES: dict[str, Profile] = {
     profile.name: profile
     for profile in (
         vllm_profile("hf", HF_FLAGS, "vLLM's checkpoint-driven parser: the response_template in the tokenizer config"),
-        vllm_profile("legacy",
-                     ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3"),
-                     "the hand-written parsers hf replaces: hermes tool calls, qwen3 reasoning"),
+        vllm_profile("legacy", LEGACY_FLAGS, "the hand-written parsers hf replaces: hermes tool calls, qwen3 reasoning"),
     )
 }
 
@@ -409,6 +408,9 @@ PROFILES: dict[str, Profile] = {
 PROFILES["hf-0.33"] = vllm_profile(
     "hf-0.33", HF_FLAGS, "vLLM 0.33's Python frontend with the checkpoint-driven hf parser (flags as hf)",
     release="0.33", runtime=VllmCpuOverlay("0.33.0"), expected_version="0.33.0")
+PROFILES["legacy-0.33"] = vllm_profile(
+    "legacy-0.33", LEGACY_FLAGS, "vLLM 0.33's Python frontend with the hand-written hermes and qwen3 parsers (flags as legacy)",
+    release="0.33", runtime=VllmCpuOverlay("0.33.0"), expected_version="0.33.0")
 
 
 # --- vLLM 0.32's Rust frontend --------------------------------------------------------------------
@@ -417,17 +419,36 @@ VLLM_RS_COMMAND = ("{binary}", "serve", "{model}", "--host", "{host}", "--port",
 # Everything after `--` goes to the managed Python engine.
 VLLM_RS_COMMON_FLAGS = ("--", *VLLM_COMMON_FLAGS)
 
-PROFILES["hf-rust"] = Profile(
-    name="hf-rust", server_name="vLLM's Rust frontend",
-    description="vLLM 0.32's Rust frontend (vllm-rs) with the checkpoint-driven hf parser",
-    launch=Launch(VLLM_RS_COMMAND, ("--tool-call-parser", "hf", "--reasoning-parser", "hf"), find_vllm_rs_error,
-                  VLLM_RS_COMMON_FLAGS, VLLM_ENV, runtime=VllmRustFrontend("0.32.0", "0.32.0+cpu"),
-                  log_prefix="vllm-rs"),
+VLLM_RS_HF_FLAGS = ("--tool-call-parser", "hf", "--reasoning-parser", "hf")
+
+
+def vllm_rs_profile(name: str, description: str, release: str, runtime: Runtime, forcing: ForcingMethod,
+                    expected_version: str | None = None) -> Profile:
+    """A profile of vLLM's Rust frontend (`release`, its binary and engine from `runtime`) with the hf parser."""
+    return Profile(
+        name=name, server_name="vLLM's Rust frontend", description=description,
+        launch=Launch(VLLM_RS_COMMAND, VLLM_RS_HF_FLAGS, find_vllm_rs_error, VLLM_RS_COMMON_FLAGS, VLLM_ENV,
+                      runtime=runtime, log_prefix="vllm-rs"),
+        forcing=forcing, version_probe=VersionProbe(), reasoning_field="reasoning",
+        cors_advice=vllm_cors_advice(f"vLLM {release}'s Rust frontend"), expected_version=expected_version,
+    )  # fmt: skip
+
+
+PROFILES["hf-rust"] = vllm_rs_profile(
+    "hf-rust", "vLLM 0.32's Rust frontend (vllm-rs) with the checkpoint-driven hf parser",
+    "0.32", VllmRustFrontend("0.32.0", "0.32.0+cpu"),
     # A regex over the markers' text fails inside llguidance on the added tokens (HTTP 500).
-    forcing=TokenGrammarForcing(),
-    version_probe=VersionProbe(), reasoning_field="reasoning",
-    cors_advice=vllm_cors_advice("vLLM 0.32's Rust frontend"),
-)  # fmt: skip
+    TokenGrammarForcing())
+
+
+# --- vLLM 0.33's Rust frontend --------------------------------------------------------------------
+
+# The vllm-rs of the vllm==0.33.0 wheel over the 0.33 overlay's engine (conformance.runtimes.vllm_033).
+PROFILES["hf-rust-0.33"] = vllm_rs_profile(
+    "hf-rust-0.33", "vLLM 0.33's Rust frontend (vllm-rs) with the checkpoint-driven hf parser (flags as hf-rust)",
+    "0.33", VllmRustOverlay("0.33.0"),
+    # 0.33's frontend forces a regex over the markers' text, token ids as the Python frontend's.
+    RegexForcing(), expected_version="0.33.0")
 
 
 # --- transformers serve 5.23 ------------------------------------------------------------------------

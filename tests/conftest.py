@@ -5,7 +5,9 @@
   ending in /v1, `.root_url`, `.model`, `.profile`, `.version`, `.args`, `.log_path`, `.pid`,
   `.startup_seconds`) serving the tiny checkpoint; `transformers_serve_server`: `transformers serve`
   5.23 (its virtual environment made on first use) on the record's variant of it; `hf_033_server`:
-  vLLM 0.33's Python frontend over the 0.32 CPU kernels (its overlay built on first use). Nothing starts until a test asks for a server;
+  vLLM 0.33's Python frontend over the 0.32 CPU kernels (its overlay built on first use), and
+  `legacy_033_server` the same with hermes + qwen3; `hf_rust_033_server`: vLLM 0.33's Rust frontend over
+  that overlay's engine. Nothing starts until a test asks for a server;
   then every profile that some selected test needs starts at once (both start together, which
   halves the wait on 2 cores), and all stop at session end, which fails loudly if a process of
   theirs is still alive.
@@ -28,7 +30,8 @@ from conformance.profiles import PROFILES
 from conformance.server import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
 
 SERVER_FIXTURES = {"hf_server": "hf", "legacy_server": "legacy", "hf_rust_server": "hf-rust",
-                   "transformers_serve_server": "transformers-serve", "hf_033_server": "hf-0.33"}
+                   "transformers_serve_server": "transformers-serve", "hf_033_server": "hf-0.33",
+                   "legacy_033_server": "legacy-0.33", "hf_rust_033_server": "hf-rust-0.33"}
 _profiles_needed: set[str] = set()
 _started_servers: list[Server] = []
 

@@ -110,7 +110,7 @@ def test_only_a_record_that_builds_an_unshipped_combination_says_so_in_the_stamp
     assert PROFILES["hf-0.33"].build_note == "vLLM 0.33.0 frontend on vLLM 0.32's CPU kernels (not a shipped combination)"
     assert PROFILES["hf-0.33"].expected_version == "0.33.0"
     assert PROFILES["hf-0.33"].server_args == PROFILES["hf"].server_args
-    assert [name for name, record in PROFILES.items() if record.build_note] == ["hf-0.33"]
+    assert [name for name, record in PROFILES.items() if record.build_note] == ["hf-0.33", "legacy-0.33", "hf-rust-0.33"]
     server = {"base_url": "http://127.0.0.1:1/v1", "model": "tiny", "profile": "hf-0.33", "version": "0.33.0"}
     built = render([], make_stamp({**server, "build": PROFILES["hf-0.33"].build_note}))
     assert "not a shipped combination" in built and "server build" in built

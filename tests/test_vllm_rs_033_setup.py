@@ -1,4 +1,4 @@
-"""The 0.33 Rust frontend's set-up without its server: vLLM 0.33's `vllm-rs` is the overlay's own copy of the
+"""The hf-rust-0.33 set-up without its server: vLLM 0.33's `vllm-rs` is the overlay's own copy of the
 wheel's binary, made executable where the managed engine looks for it (`<overlay>/site/vllm/vllm-rs`),
 run with the overlay as its engine; a wheel without the binary is a set-up error naming the path."""
 
@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from conformance.profiles import PROFILES
 from conformance.runtimes import SetupError
 from conformance.runtimes.vllm_033 import MARKER_FILE, VllmRustOverlay, overlay_path, rust_frontend_binary
 from conformance.runtimes.vllm_rs import BINARY_MEMBER
+from conformance.server import ServerStartError, launch
 from tests.test_vllm_033_setup import _wheel, local_index  # noqa: F401 (a fixture)
 
 FAKE_BINARY = b"#!/bin/sh\necho fake vllm-rs 0.33 \"$@\"\n"
@@ -49,4 +51,19 @@ def test_a_wheel_without_the_binary_is_a_start_error_naming_where_it_should_be(l
     expected = overlay_path("0.33.0") / "site" / "vllm" / "vllm-rs"
     with pytest.raises(SetupError, match=f"{expected} is missing: the vllm==0.33.0 wheel"):
         rust_frontend_binary("0.33.0", sys.executable, announce=lambda line: None)
+    with pytest.raises(ServerStartError, match=f"cannot set up the hf-rust-0.33 server: {expected} is missing"):
+        with launch("hf-rust-0.33", "some/model", timeout=5):
+            pytest.fail("the block must not run")
     assert (overlay_path("0.33.0") / MARKER_FILE).is_file()  # the Python overlay itself is fine (hf-0.33 can use it)
+
+
+def test_the_033_rust_record_is_hf_rusts_flags_on_the_033_engine_checked_and_stamped() -> None:
+    record = PROFILES["hf-rust-0.33"]
+    assert record.server_args == PROFILES["hf-rust"].server_args
+    assert record.launch.common_flags == PROFILES["hf-rust"].launch.common_flags
+    assert record.expected_version == "0.33.0" and PROFILES["hf-rust"].expected_version is None
+    assert record.forcing.request_fields("x", {}, None) == PROFILES["hf"].forcing.request_fields("x", {}, None)
+    assert "Rust frontend" in record.build_note and "not a shipped combination" in record.build_note
+    legacy = PROFILES["legacy-0.33"]
+    assert legacy.server_args == PROFILES["legacy"].server_args and legacy.expected_version == "0.33.0"
+    assert legacy.build_note == PROFILES["hf-0.33"].build_note
