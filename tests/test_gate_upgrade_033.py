@@ -1,7 +1,8 @@
 """Gate a vLLM upgrade on real servers (vllm tier): hf (vLLM 0.32) -> hf-0.33, attached to the pool's
 servers, on the tiny checkpoint's default variant and on `closer-ends-with-anchor` (the cases that
-need it). It finds the known 0.33 differences, exits 1 without expectations and 0 with the shipped
-file; on each side the cases of that variant pass.
+need it). It finds the known 0.33 differences and exits 1 without expectations; `compare` of its
+recordings exits 0 with the shipped file (the pair's default); on each side the cases of that
+variant pass.
 """
 
 from __future__ import annotations
@@ -35,20 +36,24 @@ def _all_judged_cases_pass(gate: dict) -> bool:
                for side in gate["sides"].values())
 
 
+def _live_then_shipped(baseline: Any, candidate: Any, out: Path, *options: str) -> dict[str, tuple[int, dict]]:
+    """The live gate without expectations, then `compare` of its recordings (no server) with no
+    --expect: the default for the recordings' profiles hf -> hf-0.33, the shipped upgrade file."""
+    bare = _gate(baseline, candidate, out / "bare", *options, "--no-expect")
+    code = main(["compare", str(out / "bare" / "baseline"), str(out / "bare" / "candidate"), "--out",
+                 str(out / "shipped")])
+    return {"bare": bare, "shipped": (code, json.loads((out / "shipped" / "gate.json").read_text()))}
+
+
 @pytest.fixture(scope="module")
 def upgrade_gates(hf_server, hf_033_server, tmp_path_factory) -> dict[str, tuple[int, dict]]:
-    out = tmp_path_factory.mktemp("upgrade-gate")
-    return {"bare": _gate(hf_server, hf_033_server, out / "bare", "--no-expect"),
-            "shipped": _gate(hf_server, hf_033_server, out / "shipped", "--expect", str(UPGRADE_FILE))}
+    return _live_then_shipped(hf_server, hf_033_server, tmp_path_factory.mktemp("upgrade-gate"))
 
 
 @pytest.fixture(scope="module")
 def closer_gates(hf_closer_server, hf_033_closer_server, tmp_path_factory) -> dict[str, tuple[int, dict]]:
-    out = tmp_path_factory.mktemp("upgrade-gate-closer")
-    variant = ("--fixture-variant", CLOSER_VARIANT)
-    return {"bare": _gate(hf_closer_server, hf_033_closer_server, out / "bare", *variant, "--no-expect"),
-            "shipped": _gate(hf_closer_server, hf_033_closer_server, out / "shipped", *variant,
-                             "--expect", str(UPGRADE_FILE))}
+    return _live_then_shipped(hf_closer_server, hf_033_closer_server, tmp_path_factory.mktemp("upgrade-gate-closer"),
+                              "--fixture-variant", CLOSER_VARIANT)
 
 
 def test_the_upgrade_gate_finds_the_known_033_differences_and_fails_without_expectations(upgrade_gates):
@@ -72,6 +77,7 @@ def test_the_shipped_upgrade_expectations_acknowledge_every_difference(upgrade_g
     bare_code, bare = upgrade_gates["bare"]
     code, gate = upgrade_gates["shipped"]
     assert code == 0 and gate["verdict"]["unacknowledged"] == 0
+    assert gate["expectations"]["file"] == UPGRADE_FILE.name
     assert gate["verdict"]["acknowledged"] == len(bare["differences"]) > 0
 
 
@@ -93,3 +99,13 @@ def test_the_audit_predicts_that_hf_starts_on_the_closer_variant(hf_closer_serve
 
     config = json.loads((Path(hf_closer_server.model) / "tokenizer_config.json").read_text())
     assert predict_vllm_startup(config)["both"].starts and hf_closer_server.version == "0.32.0"
+
+
+def test_the_upgrade_file_is_the_default_for_the_pair_and_names_only_known_cases_and_features():
+    from conformance.cases import load_features, load_suite
+    from conformance.expectations import load_expectations, unknown_selectors
+
+    assert UPGRADE_FILE is not None and UPGRADE_FILE.name == "vllm-0.32-to-0.33-hf.yaml"
+    entries = load_expectations(UPGRADE_FILE)
+    assert unknown_selectors(entries, {case.id for case in load_suite()}, set(load_features())) == []
+    assert {entry.kind for entry in entries} >= {"usage", "finish_reason", "message", "stream_shape"}
