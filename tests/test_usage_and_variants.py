@@ -167,3 +167,22 @@ def test_the_closer_variant_closes_tool_calls_with_the_next_turns_start_anchor()
     assert template["start_anchor"] == full["start_anchor"] == "<|im_start|>assistant\n"
     template["fields"]["tool_calls"]["close"] = full["fields"]["tool_calls"]["close"]
     assert template == full  # nothing else differs
+
+
+@pytest.mark.parametrize(("variant", "sent"), [(None, "on-the-record-variant"),
+                                               ("closer-ends-with-anchor", "on-the-closer-variant")])
+def test_gate_fixture_variant_sends_both_sides_only_the_cases_of_that_variant(tmp_path, variant, sent):
+    load_cases(tmp_path / "cases", VARIANT_CASES)
+    chosen = ["--fixture-variant", variant] if variant else []
+    with fake_server() as one, fake_server() as other:
+        code = main(["gate", "--baseline", one.base_url, "--baseline-model", "fake", "--baseline-profile", "hf",
+                     "--candidate", other.base_url, "--candidate-model", "fake", "--candidate-profile", "hf",
+                     "--cases", str(tmp_path / "cases"), *chosen, "--no-expect", "--out", str(tmp_path / "g")])
+    gate = json.loads((tmp_path / "g" / "gate.json").read_text())
+    assert code == 0 and gate["differences"] == []
+    chat = [body for server in (one, other) for body in server.requests if "messages" in body]
+    assert len(chat) == 4  # one case, both modes, on each side
+    for side in ("baseline", "candidate"):
+        results = [json.loads(line) for line in (tmp_path / "g" / side / "results.jsonl").read_text().splitlines()[1:]]
+        assert {(r["case_id"], r["outcome"]) for r in results} == {
+            (sent, "pass"), (({"on-the-record-variant", "on-the-closer-variant"} - {sent}).pop(), "skip")}
