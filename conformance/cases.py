@@ -22,6 +22,7 @@ import yaml
 
 from conformance import safe_yaml
 from conformance.contract import reference_problem
+from conformance.fixture import VARIANTS
 from conformance.profiles import PROFILES
 from conformance.shipped import CASES_DIR
 
@@ -105,6 +106,9 @@ class Expectation:
     message: ExpectedMessage | None = None
     finish_reason: str | None = None
     tool_call_streaming: Literal["whole", "incremental"] | None = None
+    # Figures of the answer's usage object by their path in it ("completion_tokens_details.reasoning_tokens");
+    # None: must be absent or null. Empty: usage is not checked.
+    usage: Mapping[str, int | None] = field(default_factory=dict)
     stream_overrides: frozenset[str] = frozenset()
     stream_message: ExpectedMessage | None = None
     stream_finish_reason: str | None = None
@@ -142,6 +146,8 @@ class Case:
     source: Path
     index: int  # position of the case in its file, from 0
     line: int  # line of the case in its file, from 1
+    # The tiny checkpoint's variant (conformance.fixture.VARIANTS) the case needs; None: the profile record's.
+    fixture_variant: str | None = None
 
     def tool_parameters(self) -> dict[str, dict[str, Any]]:
         """Each request tool's JSON Schema for its arguments, by function name (chat or responses shape)."""
@@ -451,6 +457,10 @@ def _semantic_issues(
     natural_tool = natural.get("expect_tool")
     if natural_tool is not None and natural_tool not in request_tool_names:
         yield locator.issue([*at, "natural", "expect_tool"], f"{natural_tool!r} is not among the request's tools")
+    variant = raw.get("fixture_variant")
+    if isinstance(variant, str) and variant not in VARIANTS:
+        yield locator.issue([*at, "fixture_variant"], f"unknown fixture variant {variant!r} "
+                            f"(known: {', '.join(VARIANTS)})")
     endpoint = raw.get("endpoint", "chat")
     allowed = RESPONSES_STATUSES if endpoint == "responses" else CHAT_FINISH_REASONS
     expect = raw.get("expect") if isinstance(raw.get("expect"), dict) else {}
@@ -461,6 +471,9 @@ def _semantic_issues(
         if not isinstance(expectation, dict):
             continue
         stream = expectation.get("stream") if isinstance(expectation.get("stream"), dict) else {}
+        if "usage" in expectation and "stream" in _list(raw.get("modes", list(MODES))) and not _asks_usage(request):
+            yield locator.issue([*at, "expect", profile, "usage"], "a stream carries usage only when asked: set "
+                                "request.stream_options.include_usage, or give modes: [non-stream]")
         for path, value in ((["finish_reason"], expectation.get("finish_reason")),
                             (["stream", "finish_reason"], stream.get("finish_reason"))):  # fmt: skip
             if value in CHAT_FINISH_REASONS | RESPONSES_STATUSES and value not in allowed:  # others: schema
@@ -476,6 +489,12 @@ def _semantic_issues(
         elif overridden and not tagged:
             yield locator.issue([*at, "features"], f"expect.{overridden[0]}.stream records a difference between "
                                 f"streaming and non-streaming: list the feature {STREAM_FEATURE!r}")
+
+
+def _asks_usage(request: Mapping[str, Any]) -> bool:
+    """Whether a streaming request asks for the final usage chunk."""
+    options = request.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
 
 
 def _list(value: Any) -> list[Any]:
@@ -507,6 +526,7 @@ def _build_case(raw: dict[str, Any], index: int, tools: Mapping[str, Any], sourc
         source=source,
         index=index,
         line=line,
+        fixture_variant=raw.get("fixture_variant"),
     )
 
 
@@ -528,6 +548,7 @@ def _build_expectation(raw: Mapping[str, Any]) -> Expectation:
         message=message,
         finish_reason=raw["finish_reason"],
         tool_call_streaming=raw.get("tool_call_streaming"),
+        usage=dict(raw.get("usage", {})),
         stream_overrides=frozenset(overrides),
         stream_message=_merge(message, overrides),
         stream_finish_reason=overrides.get("finish_reason", raw["finish_reason"]),
@@ -631,7 +652,7 @@ def _schema_problems(data: Any, validator: Any) -> Iterator[tuple[list[str | int
 
 # keys that some subschema forbids with `false` (see _schema_problems)
 _FORBIDDEN_KEYS = ("model", "stream", "message", "finish_reason", "tool_call_streaming", "force", "natural", "modes",
-                   "error")
+                   "error", "usage")
 
 
 def _at_path(data: Any, path: list[str | int]) -> Any:

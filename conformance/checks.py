@@ -57,6 +57,7 @@ SkipKind = Literal[
     "no_responses_api",  # the server has no Responses API (404/405 on /responses, not about the model)
     "no_expectation",  # the case has no expectation for this profile
     "model_miss",  # natural mode: the model did not call the tool the prompt asks for
+    "other_fixture_variant",  # the case needs another variant of the tiny checkpoint than the run serves
 ]
 SKIP_KINDS: tuple[str, ...] = get_args(SkipKind)
 
@@ -554,6 +555,10 @@ def judge(
         wanted_streaming = expectation.tool_call_streaming
         if reading is not None and wanted_streaming:
             checks.append(check_expected_streaming(reading, wanted_streaming))
+        if expectation.usage:
+            from conformance.checks_usage import check_expected_usage  # it builds on this module
+
+            checks.append(check_expected_usage(transcript, expectation.usage))
     return checks
 
 

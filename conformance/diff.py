@@ -24,7 +24,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from conformance.wire import Message, StreamReading, brief_json, error_object, message_view, read_stream, response_message
+from conformance.wire import (
+    Message,
+    StreamReading,
+    brief_json,
+    error_object,
+    message_view,
+    read_stream,
+    response_message,
+    usage_of,
+)
 from conformance.results import CaseResult
 from conformance.transcript import Transcript
 
@@ -146,23 +155,6 @@ def _view_of(transcript: Transcript) -> tuple[Message, StreamReading | None] | N
         return reading.message, reading
     message = response_message(transcript)
     return (message, None) if message is not None else None
-
-
-def usage_of(transcript: Transcript) -> dict[str, Any] | None:
-    """The usage object a client sees: the response's, or the last stream chunk's that has one."""
-    if transcript.mode != "stream":
-        usage = (transcript.response or {}).get("usage")
-        return usage if isinstance(usage, Mapping) else None
-    usage = None
-    for line in transcript.sse:
-        try:
-            payload = json.loads(line.data)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(payload, Mapping):
-            found = payload.get("usage") or (payload.get("response") or {}).get("usage")
-            usage = found if isinstance(found, Mapping) else usage
-    return usage
 
 
 # --- the comparisons ----------------------------------------------------------------------------

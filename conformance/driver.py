@@ -54,6 +54,7 @@ class Target:
     checkpoint_revision: str | None = None
     build: str | None = None  # the launched record's build note (a combination no one ships), for the stamp
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES  # a longer SSE line (or non-streaming body) is an `error`
+    fixture_variant: str | None = None  # the tiny checkpoint's variant it serves; None: its profile record's
 
     @property
     def root_url(self) -> str:

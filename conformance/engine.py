@@ -94,6 +94,20 @@ def implied_skip_kinds(target: Target, natural: bool) -> set[str]:
                                       ("model_miss", natural)) if chosen}
 
 
+def served_variant(target: Target) -> str:
+    """The tiny checkpoint's variant the target serves: as told, else the one its profile record is launched on."""
+    return target.fixture_variant or profile_record(target.profile).fixture_variant
+
+
+def other_variant(case: Any, target: Target) -> NotSent | None:
+    """The skip of a case that needs another checkpoint variant than the target serves (None: it runs).
+    A case naming no variant needs the profile record's."""
+    needed, served = case.fixture_variant or profile_record(target.profile).fixture_variant, served_variant(target)
+    if needed == served:
+        return None
+    return NotSent("other_fixture_variant", f"needs the tiny checkpoint's {needed!r} variant; this run serves {served!r}")
+
+
 def select_cases(cases: Iterable[Any], ids: Sequence[str] = (), features: Sequence[str] = ()) -> list[Any]:
     """Cases whose id is in `ids` (if given) and that carry one of `features` (if given)."""
     cases = list(cases)
@@ -148,6 +162,8 @@ async def _forcing_for(case: Any, target: Target, natural: bool,
     expectation = expectation_for(case, target.profile)
     if expectation is not None and expectation.skip is not None:
         return None, NotSent("declared", f"declared: {expectation.skip}")
+    if (elsewhere := other_variant(case, target)) is not None:
+        return None, elsewhere
     if natural or case.force is None:  # natural mode, or an unforced case (cases/README.md)
         return None, None
     if target.can_force is False:

@@ -27,7 +27,8 @@ from conformance.diff import Difference
 SHIPPED_DIR = Path(__file__).resolve().parent / "shipped_expectations"
 DEFAULT_PAIR_FILE = SHIPPED_DIR / "vllm-0.32-legacy-to-hf.yaml"  # the expectations of the default gate
 # The shipped expectations of a (baseline, candidate) profile pair: a gate's default for that pair.
-SHIPPED_PAIRS: dict[tuple[str, str], Path] = {("legacy", "hf"): DEFAULT_PAIR_FILE}
+SHIPPED_PAIRS: dict[tuple[str, str], Path] = {("legacy", "hf"): DEFAULT_PAIR_FILE,
+                                              ("hf", "hf-0.33"): SHIPPED_DIR / "vllm-0.32-to-0.33-hf.yaml"}
 
 
 def shipped_expectations(baseline: str | None, candidate: str | None) -> Path | None:

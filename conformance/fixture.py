@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 VARIANTS: tuple[str, ...] = ("full", "no-template", "thinking-only", "tools-only", "reasoning-content",
-                             "non-literal-pattern", "eos-closes-content")
+                             "non-literal-pattern", "eos-closes-content", "closer-ends-with-anchor")
 # The content field's closing delimiter as a pattern that does not start with a literal (the shape
 # transformers ships as its qwen3 fallback): vLLM's Python frontend serves it, the Rust frontend
 # starts and then refuses every chat request with HTTP 500 ("must start with a literal prefix").
@@ -161,6 +161,11 @@ def response_template_for(variant: str) -> dict | None:
         # implicit content field; a content field closing on it keeps it out (the server under test
         # then parses what vLLM parses: vLLM drops the end token before its parser sees it).
         fields["content"] = {"close": EOS_TOKEN}
+    elif variant == "closer-ends-with-anchor":
+        # `</tool_call>` then the next assistant turn's start anchor (Gemma 4's closers end with its
+        # next turn's start anchor): an output that stops right after `</tool_call>` stopped inside
+        # the closer, which vLLM 0.33 completes and vLLM 0.32 does not.
+        fields["tool_calls"]["close"] = "</tool_call>" + template["start_anchor"]
     return template
 
 

@@ -82,6 +82,11 @@ def outcome_of(checks: Sequence[Check]) -> tuple[str, str, SkipKind | None]:
     return PASS, "", None
 
 
+# Skips never counted against a verdict: the case declares it, or it needs another checkpoint variant
+# than the run serves (the run's own choice; cases/README.md, "Fixture variant").
+ALWAYS_ALLOWED_SKIPS = frozenset({"declared", "other_fixture_variant"})
+
+
 def make_result(case: Any, transcript: Transcript, checks: list[Check],
                 allowed_skips: Collection[str] = ()) -> CaseResult:
     """The result of one judged transcript; a skip is allowed when declared or its kind is in `allowed_skips`."""
@@ -97,7 +102,7 @@ def make_result(case: Any, transcript: Transcript, checks: list[Check],
         natural=transcript.natural,
         model_miss=skip_kind == "model_miss",
         skip_kind=skip_kind,
-        skip_allowed=skip_kind == "declared" or skip_kind in allowed_skips,
+        skip_allowed=skip_kind in ALWAYS_ALLOWED_SKIPS or skip_kind in allowed_skips,
         features=tuple(case.features or ()),
         description=case.description or "",
         checks=checks,

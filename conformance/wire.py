@@ -280,3 +280,20 @@ def brief_json(value: Any, limit: int = 80) -> str:
     """`value` as JSON, cut to `limit` characters (with "...") for a one-line message."""
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def usage_of(transcript: Transcript) -> dict[str, Any] | None:
+    """The usage object a client sees: the response's, or the last stream chunk's that has one."""
+    if transcript.mode != "stream":
+        usage = (transcript.response or {}).get("usage")
+        return usage if isinstance(usage, Mapping) else None
+    usage = None
+    for line in transcript.sse:
+        try:
+            payload = json.loads(line.data)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(payload, Mapping):
+            found = payload.get("usage") or (payload.get("response") or {}).get("usage")
+            usage = found if isinstance(found, Mapping) else usage
+    return usage

@@ -7,7 +7,8 @@
   5.23 (its virtual environment made on first use) on the record's variant of it; `hf_033_server`:
   vLLM 0.33's Python frontend over the 0.32 CPU kernels (its overlay built on first use), and
   `legacy_033_server` the same with hermes + qwen3; `hf_rust_033_server`: vLLM 0.33's Rust frontend over
-  that overlay's engine. Nothing starts until a test asks for a server;
+  that overlay's engine; `hf_closer_server`, `hf_033_closer_server`: hf and hf-0.33 on the
+  `closer-ends-with-anchor` variant (the cases that need it). Nothing starts until a test asks for a server;
   then every profile that some selected test needs starts at once (both start together, which
   halves the wait on 2 cores), and all stop at session end, which fails loudly if a process of
   theirs is still alive.
@@ -29,15 +30,26 @@ from conformance.fixture import build_fixture
 from conformance.profiles import PROFILES
 from conformance.server import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
 
-SERVER_FIXTURES = {"hf_server": "hf", "legacy_server": "legacy", "hf_rust_server": "hf-rust",
-                   "transformers_serve_server": "transformers-serve", "hf_033_server": "hf-0.33",
-                   "legacy_033_server": "legacy-0.33", "hf_rust_033_server": "hf-rust-0.33"}
-_profiles_needed: set[str] = set()
-_started_servers: list[Server] = []
+CLOSER_VARIANT = "closer-ends-with-anchor"
+# fixture name -> profile, or (profile, fixture variant) for a server on another variant than its record's
+SERVER_FIXTURES: dict[str, str | tuple[str, str]] = {
+    "hf_server": "hf", "legacy_server": "legacy", "hf_rust_server": "hf-rust",
+    "transformers_serve_server": "transformers-serve", "hf_033_server": "hf-0.33",
+    "legacy_033_server": "legacy-0.33", "hf_rust_033_server": "hf-rust-0.33",
+    "hf_closer_server": ("hf", CLOSER_VARIANT), "hf_033_closer_server": ("hf-0.33", CLOSER_VARIANT),
+}
+ServerKey = tuple[str, str]  # (profile, fixture variant)
+_profiles_needed: set[ServerKey] = set()
+_started_servers: list[tuple[ServerKey, Server]] = []
 
 
-def _profiles_used_by(item: pytest.Item) -> set[str]:
-    return {SERVER_FIXTURES[name] for name in getattr(item, "fixturenames", ()) if name in SERVER_FIXTURES}
+def server_key(entry: str | tuple[str, str]) -> ServerKey:
+    """(profile, the fixture variant it serves) of a SERVER_FIXTURES entry."""
+    return entry if isinstance(entry, tuple) else (entry, PROFILES[entry].fixture_variant)
+
+
+def _profiles_used_by(item: pytest.Item) -> set[ServerKey]:
+    return {server_key(SERVER_FIXTURES[name]) for name in getattr(item, "fixturenames", ()) if name in SERVER_FIXTURES}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselection, so `-m "not vllm"` leaves these out
@@ -56,9 +68,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter) -> None:
     if _started_servers:
         terminalreporter.section("servers")
-        for server in _started_servers:
+        for (_, variant), server in _started_servers:
             terminalreporter.write_line(
-                f"{server.profile.name}: {server.profile.server_name} {server.version} healthy after {server.startup_seconds:.1f} s "
+                f"{server.profile.name} ({variant}): {server.profile.server_name} {server.version} healthy after "
+                f"{server.startup_seconds:.1f} s "
                 f"(log: {server.log_path})"
             )
 
@@ -67,49 +80,48 @@ class ServerPool:
     """On the first request, starts every needed profile and waits for all of them at once (so each
     start-up time is its own); hands out healthy servers; stops them all at the end."""
 
-    def __init__(self, checkpoints: Path, log_dir: Path, profiles: set[str]) -> None:
-        self.checkpoints = checkpoints  # one folder per fixture variant, built when a profile needs it
+    def __init__(self, checkpoints: Path, log_dir: Path, profiles: set[ServerKey]) -> None:
+        self.checkpoints = checkpoints  # one folder per fixture variant, built when a server needs it
         self.log_dir = log_dir
         self.profiles = profiles
-        self.processes: dict[str, ServerProcess] = {}
-        self.outcomes: dict[str, Server | ServerStartError] = {}
+        self.processes: dict[ServerKey, ServerProcess] = {}
+        self.outcomes: dict[ServerKey, Server | ServerStartError] = {}
         self.pids: set[int] = set()
 
-    def get(self, profile: str) -> Server:
+    def get(self, key: ServerKey) -> Server:
         if importlib.util.find_spec("vllm") is None:
             pytest.fail("vLLM is not installed: run scripts/bootstrap, or deselect this tier with -m 'not vllm'")
-        if profile not in self.outcomes:
-            self._start_and_wait(sorted((self.profiles | {profile}) - set(self.outcomes)))
-        outcome = self.outcomes[profile]
+        if key not in self.outcomes:
+            self._start_and_wait(sorted((self.profiles | {key}) - set(self.outcomes)))
+        outcome = self.outcomes[key]
         if isinstance(outcome, ServerStartError):
             raise outcome
         return outcome
 
-    def _start_and_wait(self, profiles: list[str]) -> None:
-        for name in profiles:  # in this (the main) thread: see conformance.server.start
+    def _start_and_wait(self, keys: list[ServerKey]) -> None:
+        for key in keys:  # in this (the main) thread: see conformance.server.start
             try:
-                self.processes[name] = start(name, self.checkpoint_for(name), log_dir=self.log_dir)
+                self.processes[key] = start(key[0], self.checkpoint_for(key[1]), log_dir=self.log_dir)
             except ServerStartError as error:  # its set-up failed: the others still start
-                self.outcomes[name] = error
-        profiles = [name for name in profiles if name in self.processes]
-        if not profiles:
+                self.outcomes[key] = error
+        keys = [key for key in keys if key in self.processes]
+        if not keys:
             return
-        with ThreadPoolExecutor(len(profiles)) as pool:
-            for name, outcome in zip(profiles, pool.map(self._wait, profiles)):
-                self.outcomes[name] = outcome
+        with ThreadPoolExecutor(len(keys)) as pool:
+            for key, outcome in zip(keys, pool.map(self._wait, keys)):
+                self.outcomes[key] = outcome
                 if isinstance(outcome, Server):
                     self.pids |= {outcome.pid, *descendant_pids(outcome.pid)}
-                    _started_servers.append(outcome)
+                    _started_servers.append((key, outcome))
 
-    def checkpoint_for(self, profile: str) -> Path:
-        """The tiny checkpoint in the variant the profile's record is launched on."""
-        variant = PROFILES[profile].fixture_variant
+    def checkpoint_for(self, variant: str) -> Path:
+        """The tiny checkpoint in `variant`, built once."""
         folder = self.checkpoints / variant
         return folder if (folder / "config.json").exists() else build_fixture(folder, variant)
 
-    def _wait(self, profile: str) -> Server | ServerStartError:
+    def _wait(self, key: ServerKey) -> Server | ServerStartError:
         try:
-            return self.processes[profile].wait_until_healthy()
+            return self.processes[key].wait_until_healthy()
         except ServerStartError as error:
             return error
 
@@ -134,15 +146,15 @@ def server_pool(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory)
         pool.close()
 
 
-def _server_fixture(name: str, profile: str):
+def _server_fixture(name: str, key: ServerKey):
     @pytest.fixture(scope="session", name=name)
     def server(server_pool: ServerPool) -> Server:
-        return server_pool.get(profile)
+        return server_pool.get(key)
 
-    server.__doc__ = f"The real {profile} server of the pool, serving the tiny checkpoint."
+    server.__doc__ = f"The real {key[0]} server of the pool, serving the tiny checkpoint's {key[1]} variant."
     return server
 
 
 # hf_server, legacy_server, ...: one session fixture per entry of SERVER_FIXTURES
-for _name, _profile in SERVER_FIXTURES.items():
-    globals()[_name] = _server_fixture(_name, _profile)
+for _name, _entry in SERVER_FIXTURES.items():
+    globals()[_name] = _server_fixture(_name, server_key(_entry))

@@ -67,6 +67,7 @@ def test_variants_differ_only_in_the_response_template(checkpoints) -> None:
             "reasoning-content": {"reasoning_content", "content", "tool_calls"},
             "non-literal-pattern": {"thinking", "content", "tool_calls"},
             "eos-closes-content": {"thinking", "content", "tool_calls"},
+            "closer-ends-with-anchor": {"thinking", "content", "tool_calls"},
         }[variant]
         if variant == "eos-closes-content":  # the one difference: content closes on the end token
             assert config["response_template"]["fields"]["content"] == {"close": "<|im_end|>"}

@@ -23,6 +23,8 @@ variants:
   reasoning-content  the reasoning field named reasoning_content (vLLM 0.32 refuses it)
   eos-closes-content full, with the content field closing on <|im_end|> (for transformers serve,
                      which hands the end token to its parser)
+  closer-ends-with-anchor  full, with the tool-call closer `</tool_call>` followed by the start
+                     anchor `<|im_start|>assistant\n` (the closer shape vLLM 0.33 completes)
 """
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from conformance import exit_codes
 from conformance.commands import add_verb
+from conformance.fixture import VARIANTS
 from conformance.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
 
 GATE_DESCRIPTION = """\
@@ -34,6 +35,7 @@ examples:
   conformance gate
   conformance gate --no-expect                      # every legacy -> hf difference, unacknowledged
   conformance gate --baseline hf --candidate hf-rust   # vLLM's Python frontend -> its Rust frontend
+  conformance gate --baseline hf --candidate hf-0.33   # a vLLM upgrade, 0.32 -> 0.33, with its shipped expectations
   conformance gate --baseline http://10.0.0.5:8000/v1 --baseline-model m --baseline-profile legacy \\
                    --candidate http://127.0.0.1:8001/v1 --candidate-model m --candidate-profile hf \\
                    --expect my-expectations.yaml
@@ -70,6 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help=f"seconds per request (default: {DEFAULT_TIMEOUT:g})")
     gate.add_argument("--api-key", default="EMPTY", metavar="KEY", help="API key sent to both servers")
     gate.add_argument("--forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP + " (per side)")
+    gate.add_argument("--fixture-variant", choices=VARIANTS, metavar="NAME",
+                      help="the tiny checkpoint's variant both sides serve (launched: built and served; URLs: as told; "
+                           "default: each profile record's); cases that need another are skipped on both sides")
     _common(gate, "reports/gate-<time>")
     gate.set_defaults(func=run_gate)
 
@@ -214,9 +219,9 @@ def run_gate(args: argparse.Namespace) -> int:
         if "://" in target:
             if not (model and profile):
                 return _error("gate", f"--{name} URL needs --{name}-model and --{name}-profile")
-            sides.append(GateSide(name, profile, base_url=target, model=model))
+            sides.append(GateSide(name, profile, base_url=target, model=model, fixture_variant=args.fixture_variant))
         elif target in launchable_profiles():
-            sides.append(GateSide(name, target))
+            sides.append(GateSide(name, target, fixture_variant=args.fixture_variant))
         else:
             return _error("gate", f"--{name}: {target!r} is neither a URL nor a profile "
                           f"({', '.join(launchable_profiles())})")
@@ -269,7 +274,7 @@ def _with_checkpoints(args: argparse.Namespace, out_dir: Path, sides: list[Any])
         if side.base_url is None and args.model is not None:
             side = replace(side, checkpoint=args.model)
         elif side.base_url is None:
-            variant = profile_record(side.profile).fixture_variant
+            variant = side.fixture_variant or profile_record(side.profile).fixture_variant
             if variant not in built:
                 folder = build_fixture(out_dir / ("checkpoint" if variant == "full" else f"checkpoint-{variant}"), variant)
                 built[variant] = (folder, _directory_digest(folder))

@@ -17,6 +17,7 @@ from typing import Any
 from conformance import exit_codes
 from conformance.checks import SKIP_KINDS
 from conformance.commands import add_verb
+from conformance.fixture import VARIANTS
 from conformance.driver import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_LINE_BYTES,
@@ -78,6 +79,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="local checkpoint directory: its response_template gives the markers checked for leaks")
     parser.add_argument("--checkpoint-revision", metavar="REV", help="revision recorded in the reports")
+    parser.add_argument("--fixture-variant", choices=VARIANTS, metavar="NAME",
+                        help="the tiny checkpoint's variant: the one --launch builds and serves, or the one the "
+                             "--base-url server serves (default: the profile record's); cases that need another "
+                             f"are skipped (kind other_fixture_variant). Variants: {', '.join(VARIANTS)}")
     parser.set_defaults(func=run)
 
 
@@ -211,14 +216,15 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
         yield Target(
             base_url=args.base_url, model=args.model, profile=args.profile, api_key=args.api_key,
             timeout=args.timeout, **forcing_fields(args.forcing), checkpoint_revision=args.checkpoint_revision,
-            max_line_bytes=args.max_line_bytes,
+            max_line_bytes=args.max_line_bytes, fixture_variant=args.fixture_variant,
         ), markers_for_checkpoint(args.checkpoint)  # fmt: skip
         return
     from conformance.fixture import build_fixture
     from conformance.profiles import PROFILES
     from conformance.server import ServerStartError, launch
 
-    checkpoint = build_fixture(out_dir / "checkpoint", variant=PROFILES[args.launch].fixture_variant)
+    variant = args.fixture_variant or PROFILES[args.launch].fixture_variant
+    checkpoint = build_fixture(out_dir / "checkpoint", variant=variant)
     server_name = PROFILES[args.launch].server_name
     print(f"starting {server_name} ({args.launch} profile) on {checkpoint} ...", file=sys.stderr)
     try:
@@ -228,7 +234,7 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
                 api_key=args.api_key, timeout=args.timeout, **forcing_fields(args.forcing), version=server.version,
                 args=tuple(server.args), checkpoint_revision=args.checkpoint_revision or _directory_digest(checkpoint),
                 build=server.profile.build_note,
-                max_line_bytes=args.max_line_bytes,
+                max_line_bytes=args.max_line_bytes, fixture_variant=variant,
             ), markers_for_checkpoint(checkpoint)  # fmt: skip
     except ServerStartError as exc:
         raise TargetError(f"could not start {server_name}: {exc}") from exc
