@@ -184,6 +184,12 @@ def _anchored(lines: list[str], index: int, name: str) -> str:
     return f"{key}: &{name}{rest.rstrip() and ' ' + rest.strip()}\n"
 
 
+def new_anchor(case_id: str, profile: str, used: set[str]) -> str:
+    """`<case-id>`, or `<case-id>-<profile>` when the file has that anchor already; YAML (as PyYAML reads
+    it) spells anchors with letters, digits, "-" and "_" only, so hf-0.33 becomes hf-0-33."""
+    return case_id if case_id not in used else re.sub(r"[^\w-]", "-", f"{case_id}-{profile}")
+
+
 def entry_text(draft: Draft, profile: str, after: str, lines: list[str],
                entries: dict[str, tuple[int, str | None]], indent: str) -> str:
     """PROFILE's entry: an alias of a held expectation's anchor or alias (AFTER's first; a held entry
@@ -194,8 +200,7 @@ def entry_text(draft: Draft, profile: str, after: str, lines: list[str],
         if entries[name][1]:
             return f"{indent}{profile}: *{entries[name][1]}\n"
     if held:
-        used = set(re.findall(r"&([\w.-]+)", "".join(lines)))
-        anchor = draft.case.id if draft.case.id not in used else f"{draft.case.id}-{held[0]}"
+        anchor = new_anchor(draft.case.id, held[0], set(re.findall(r"&([\w.-]+)", "".join(lines))))
         lines[entries[held[0]][0]] = _anchored(lines, entries[held[0]][0], anchor)
         return f"{indent}{profile}: *{anchor}\n"
     return f"{indent}{profile}:\n" + yaml_block(draft.drafted, len(indent) + 2)

@@ -9,9 +9,11 @@
   `legacy_033_server` the same with hermes + qwen3; `hf_rust_033_server`: vLLM 0.33's Rust frontend over
   that overlay's engine; `hf_closer_server`, `hf_033_closer_server`: hf and hf-0.33 on the
   `closer-ends-with-anchor` variant (the cases that need it). Nothing starts until a test asks for a server;
-  then every profile that some selected test needs starts at once (both start together, which
-  halves the wait on 2 cores), and all stop at session end, which fails loudly if a process of
-  theirs is still alive.
+  then every server that some selected test needs starts at once, as many as the machine's available
+  memory holds (SERVER_MEMORY_BYTES each; starting together halves the wait on 2 cores); each stops after
+  the last selected test using it, the rest at session end, which fails loudly if a process of theirs
+  is still alive. Modules needing a server on another variant than its record's run last, when the
+  others have made room.
 
 Tests using a server fixture are marked `vllm` automatically, so `pytest -m "not vllm"` runs the
 fast tier alone. The terminal summary lists each server's measured start-up time.
@@ -19,8 +21,6 @@ fast tier alone. The terminal summary lists each server's measured start-up time
 
 from __future__ import annotations
 
-import importlib.util
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +28,8 @@ import pytest
 
 from conformance.fixture import build_fixture
 from conformance.profiles import PROFILES
-from conformance.server import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
+from conformance.server import Server
+from tests.server_pool import ServerKey, ServerPool
 
 CLOSER_VARIANT = "closer-ends-with-anchor"
 # fixture name -> profile, or (profile, fixture variant) for a server on another variant than its record's
@@ -38,9 +39,12 @@ SERVER_FIXTURES: dict[str, str | tuple[str, str]] = {
     "legacy_033_server": "legacy-0.33", "hf_rust_033_server": "hf-rust-0.33",
     "hf_closer_server": ("hf", CLOSER_VARIANT), "hf_033_closer_server": ("hf-0.33", CLOSER_VARIANT),
 }
-ServerKey = tuple[str, str]  # (profile, fixture variant)
 _profiles_needed: set[ServerKey] = set()
-_started_servers: list[tuple[ServerKey, Server]] = []
+_first_use: dict[ServerKey, int] = {}  # position of the first and last selected test using each server
+_last_use: dict[ServerKey, int] = {}
+_positions: dict[str, int] = {}
+_pool: ServerPool | None = None
+_pool_started: list[tuple[ServerKey, Server]] = []  # for the terminal summary
 
 
 def server_key(entry: str | tuple[str, str]) -> ServerKey:
@@ -57,79 +61,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _profiles_used_by(item):
             item.add_marker(pytest.mark.vllm)
+    # Modules that need a server on another variant than its record's run last (in their own order):
+    # by then the pool has stopped the servers no later test uses, which leaves memory for those.
+    late_modules = {getattr(item, "module", None) for item in items
+                    if any(variant != PROFILES[profile].fixture_variant for profile, variant in _profiles_used_by(item))}
+    late_modules.discard(None)
+    items.sort(key=lambda item: getattr(item, "module", None) in late_modules)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Only the selected tests decide which servers the session will need."""
-    for item in session.items:
-        _profiles_needed.update(_profiles_used_by(item))
+    """Only the selected tests decide which servers the session will need, and when each is last used."""
+    for position, item in enumerate(session.items):
+        for key in _profiles_used_by(item):
+            _profiles_needed.add(key)
+            _first_use.setdefault(key, position)
+            _last_use[key] = position
+        _positions[item.nodeid] = position
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    yield
+    if _pool is not None:
+        _pool.stop_unused_after(_positions.get(item.nodeid, -1))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
-    if _started_servers:
+    if _pool_started:
         terminalreporter.section("servers")
-        for (_, variant), server in _started_servers:
+        for (_, variant), server in _pool_started:
             terminalreporter.write_line(
                 f"{server.profile.name} ({variant}): {server.profile.server_name} {server.version} healthy after "
                 f"{server.startup_seconds:.1f} s "
                 f"(log: {server.log_path})"
             )
-
-
-class ServerPool:
-    """On the first request, starts every needed profile and waits for all of them at once (so each
-    start-up time is its own); hands out healthy servers; stops them all at the end."""
-
-    def __init__(self, checkpoints: Path, log_dir: Path, profiles: set[ServerKey]) -> None:
-        self.checkpoints = checkpoints  # one folder per fixture variant, built when a server needs it
-        self.log_dir = log_dir
-        self.profiles = profiles
-        self.processes: dict[ServerKey, ServerProcess] = {}
-        self.outcomes: dict[ServerKey, Server | ServerStartError] = {}
-        self.pids: set[int] = set()
-
-    def get(self, key: ServerKey) -> Server:
-        if importlib.util.find_spec("vllm") is None:
-            pytest.fail("vLLM is not installed: run scripts/bootstrap, or deselect this tier with -m 'not vllm'")
-        if key not in self.outcomes:
-            self._start_and_wait(sorted((self.profiles | {key}) - set(self.outcomes)))
-        outcome = self.outcomes[key]
-        if isinstance(outcome, ServerStartError):
-            raise outcome
-        return outcome
-
-    def _start_and_wait(self, keys: list[ServerKey]) -> None:
-        for key in keys:  # in this (the main) thread: see conformance.server.start
-            try:
-                self.processes[key] = start(key[0], self.checkpoint_for(key[1]), log_dir=self.log_dir)
-            except ServerStartError as error:  # its set-up failed: the others still start
-                self.outcomes[key] = error
-        keys = [key for key in keys if key in self.processes]
-        if not keys:
-            return
-        with ThreadPoolExecutor(len(keys)) as pool:
-            for key, outcome in zip(keys, pool.map(self._wait, keys)):
-                self.outcomes[key] = outcome
-                if isinstance(outcome, Server):
-                    self.pids |= {outcome.pid, *descendant_pids(outcome.pid)}
-                    _started_servers.append((key, outcome))
-
-    def checkpoint_for(self, variant: str) -> Path:
-        """The tiny checkpoint in `variant`, built once."""
-        folder = self.checkpoints / variant
-        return folder if (folder / "config.json").exists() else build_fixture(folder, variant)
-
-    def _wait(self, key: ServerKey) -> Server | ServerStartError:
-        try:
-            return self.processes[key].wait_until_healthy()
-        except ServerStartError as error:
-            return error
-
-    def close(self) -> None:
-        for process in self.processes.values():
-            process.stop()
-        left = sorted(pid for pid in self.pids if pid_alive(pid))
-        assert not left, f"server processes still alive after stopping: {left}"
 
 
 @pytest.fixture(scope="session")
@@ -139,10 +104,14 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def server_pool(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
-    pool = ServerPool(tiny_checkpoint.parent, tmp_path_factory.mktemp("vllm-logs"), _profiles_needed)
+    global _pool
+    pool = _pool = ServerPool(tiny_checkpoint.parent, tmp_path_factory.mktemp("vllm-logs"), _profiles_needed,
+                              _first_use, _last_use)
     try:
         yield pool
     finally:
+        _pool = None
+        _pool_started.extend(pool.started)
         pool.close()
 
 

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conformance.cases import load_suite
 from conformance.driver import Target
@@ -145,3 +146,10 @@ def test_arguments_that_are_no_json_are_drafted_verbatim_and_absent_ones_as_the_
     assert tool.observed(transcript) == {"message": {"tool_calls": [
         {"name": "a", "arguments_raw": ""}, {"name": "b", "arguments": {}}, {"name": "c", "arguments": {"x": 1}}]},
         "finish_reason": "tool_calls"}
+
+
+def test_a_new_anchor_is_the_case_id_or_a_yaml_spelling_of_case_and_profile(tool) -> None:
+    assert tool.new_anchor("plain-answer", "hf-0.33", set()) == "plain-answer"
+    anchor = tool.new_anchor("plain-answer", "hf-0.33", {"plain-answer"})
+    assert anchor == "plain-answer-hf-0-33"
+    assert yaml.safe_load(f"a: &{anchor} 1\nb: *{anchor}\n") == {"a": 1, "b": 1}  # PyYAML reads it back
