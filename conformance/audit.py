@@ -12,6 +12,7 @@ from pathlib import Path
 
 from conformance import hub
 from conformance.audit_rust import RustVerdict
+from conformance.audit_sglang import SGLangVerdict
 from conformance.checkpoints import CheckpointEntry, revision_warning
 from conformance.template import (
     CONFIGURATIONS,
@@ -64,6 +65,12 @@ class CheckpointAudit:
         """`vllm-rs serve`'s predicted behaviour; None when the template could not be analysed (files the
         Python side cannot read say nothing certain about the Rust frontend's own reader)."""
         return self.template.vllm_0_32_rust if self.template is not None else None
+
+    @property
+    def sglang_0_5_23(self) -> dict[str, SGLangVerdict] | None:
+        """SGLang 0.5.23's predicted behaviour (from its code: it cannot run here); None when the template
+        could not be analysed."""
+        return self.template.sglang_0_5_23 if self.template is not None else None
 
     @property
     def findings(self) -> tuple[Finding, ...]:

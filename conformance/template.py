@@ -29,6 +29,7 @@ from typing import Any
 import regex
 
 from conformance.audit_rust import RustVerdict, rust_verdicts
+from conformance.audit_sglang import SGLangVerdict, sglang_verdicts
 
 TEMPLATE_KEY = "response_template"
 LEGACY_KEY = "response_schema"
@@ -94,6 +95,7 @@ class TemplateAnalysis:
     findings: tuple[Finding, ...]
     vllm_0_32: dict[str, StartupVerdict] = field(default_factory=dict)
     vllm_0_32_rust: dict[str, RustVerdict] = field(default_factory=dict)  # `vllm-rs serve` (audit_rust.py)
+    sglang_0_5_23: dict[str, SGLangVerdict] = field(default_factory=dict)  # SGLang's server (audit_sglang.py)
 
 
 class TemplateAnalysisTimeout(RuntimeError):
@@ -474,6 +476,7 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
         findings=tuple(findings),
         vllm_0_32=_verdicts(template, serving_error, set(loaded.fields) if loaded else set()),
         vllm_0_32_rust=rust_verdicts(tokenizer_config.get(TEMPLATE_KEY), _engine_error(template, serving_error)),
+        sglang_0_5_23=sglang_verdicts(template),
     )
 
 

@@ -19,6 +19,7 @@ from typing import IO, Any
 from conformance import __version__
 from conformance.audit import OK, CheckpointAudit
 from conformance.audit_rust import RUST_CONFIGURATIONS
+from conformance.audit_sglang import SGLANG_CONFIGURATIONS
 from conformance.report.audit_offline import offline_lines
 from conformance.report.markdown_text import code_span, visible
 from conformance.template import CONFIGURATIONS
@@ -52,6 +53,10 @@ def audit_to_json(audit: CheckpointAudit) -> dict[str, Any]:
             name: {"outcome": verdict.outcome, "error": verdict.error, "http_status": verdict.http_status}
             for name, verdict in audit.vllm_0_32_rust.items()
         } if audit.vllm_0_32_rust is not None else None,
+        "sglang_0_5_23": {
+            name: {"outcome": verdict.outcome, "error": verdict.error, "http_status": verdict.http_status}
+            for name, verdict in audit.sglang_0_5_23.items()
+        } if audit.sglang_0_5_23 is not None else None,
         "expect": audit.expect,
         "unmet_expectations": audit.unmet_expectations,
         "warnings": audit.warnings,
@@ -69,6 +74,7 @@ def build_report(audits: list[CheckpointAudit], *, started_at: datetime, complet
         "complete": complete,
         "configurations": CONFIGURATIONS,
         "rust_configurations": RUST_CONFIGURATIONS,
+        "sglang_configurations": SGLANG_CONFIGURATIONS,
         "summary": {
             "checkpoints": len(ordered),
             "ok": sum(audit.status == OK for audit in ordered),
@@ -106,6 +112,29 @@ def _rust_details(report: dict, checkpoint: dict) -> list[str]:
         elif verdict["outcome"] == "starts_but_refuses_requests":
             lines.append(f"- {flags} starts, but answers every chat request HTTP {verdict['http_status']}: "
                          f"{_code(verdict['error'])}")
+    return lines
+
+
+SGLANG_WORDS = {"starts": "starts", "refuses_to_start": "no start", "starts_but_refuses_tool_requests": "400 tools"}
+
+
+def _sglang_outcomes(checkpoint: dict) -> str:
+    """SGLang's predicted outcome per configuration, in CONFIGURATIONS order."""
+    verdicts = checkpoint["sglang_0_5_23"]
+    if verdicts is None:
+        return "n/a"
+    return "/".join(SGLANG_WORDS[verdicts[name]["outcome"]] for name in CONFIGURATIONS)
+
+
+def _sglang_details(report: dict, checkpoint: dict) -> list[str]:
+    lines = []
+    for name, verdict in (checkpoint["sglang_0_5_23"] or {}).items():
+        flags = f"SGLang `{report['sglang_configurations'][name]}`"
+        if verdict["outcome"] == "refuses_to_start":
+            lines.append(f"- {flags} would not start (predicted from its code): {_code(verdict['error'])}")
+        elif verdict["outcome"] == "starts_but_refuses_tool_requests":
+            lines.append(f"- {flags} would start, but answer chat requests with tools HTTP {verdict['http_status']} "
+                         f"(predicted from its code): {_code(verdict['error'])}")
     return lines
 
 
@@ -152,7 +181,7 @@ def _row(checkpoint: dict) -> list[str]:
     """A checkpoint's table cells after its id: revision, status, metadata, template, the outcome
     per configuration, expectation."""
     return [_revision(checkpoint), checkpoint["status"], checkpoint["metadata_key"] or "n/a", _template_state(checkpoint),
-            *(_outcome(checkpoint, name) for name in CONFIGURATIONS), _rust_outcomes(checkpoint), _expectation(checkpoint)]
+            *(_outcome(checkpoint, name) for name in CONFIGURATIONS), _rust_outcomes(checkpoint), _sglang_outcomes(checkpoint), _expectation(checkpoint)]
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -169,9 +198,15 @@ def render_markdown(report: dict[str, Any]) -> str:
         + ". Its column gives them in that order: `starts`, `no start` (the server does not start) or `500`"
         " (it starts, but refuses every chat request).",
         "",
+        "SGLang 0.5.23, same configurations: "
+        + "; ".join(f"`{name}` = `{flags}`" for name, flags in report["sglang_configurations"].items())
+        + ". SGLang's server cannot run on a machine without CUDA (its kernels on PyPI are CUDA-only): its column is"
+        " predicted from the code of its wheel (`conformance/audit_sglang.py`), in that order: `starts`, `no start`"
+        " or `400 tools` (it starts, but refuses every chat request that sends tools).",
+        "",
         "| checkpoint | revision → commit | status | metadata | template | " + " | ".join(CONFIGURATIONS)
-        + " | vllm-rs | expect |",
-        "|---|---|---|---|---|" + "---|" * len(CONFIGURATIONS) + "---|---|",
+        + " | vllm-rs | sglang | expect |",
+        "|---|---|---|---|---|" + "---|" * len(CONFIGURATIONS) + "---|---|---|",
     ]
     for checkpoint in report["checkpoints"]:
         lines.append("| " + " | ".join(_cell(cell) for cell in [f"`{checkpoint['id']}`", *_row(checkpoint)]) + " |")
@@ -193,6 +228,7 @@ def render_markdown(report: dict[str, Any]) -> str:
             if not verdict["starts"]:
                 lines.append(f"- `{report['configurations'][name]}` fails: {_code(verdict['error'])}")
         lines += _rust_details(report, checkpoint)
+        lines += _sglang_details(report, checkpoint)
         lines += [f"- finding ({finding['code']}): {finding['message']}" for finding in checkpoint["findings"]]
         lines += [f"- warning: {warning}" for warning in checkpoint["warnings"]]
         lines += [f"- **unmet expectation**: {message}" for message in checkpoint["unmet_expectations"]]
