@@ -99,28 +99,28 @@ def _anchored(template: dict, fields: dict) -> dict:
 
 def _derive(template: dict) -> set[str]:
     """`_derive_serving_templates_from_json`: every variant loaded; the source template's fields."""
+    from conformance.hf_prediction import streaming_template  # the same derivation as vLLM 0.32's
+
     loaded = _load(template)
     _check_serving_fields(loaded)
     fields, source = template["fields"], set(loaded.fields)
     answer_opens = "content" in loaded.fields and loaded.fields["content"].open.compiled is not None
-    streaming = copy.deepcopy(fields)
-    if "content" not in streaming and all("open" in spec or "open_pattern" in spec for spec in streaming.values()):
-        streaming["content"] = {}
-    _load({**template, "fields": _optional(streaming)})
+    _load(streaming_template(template))
     if "thinking" in source:
         _load(_anchored(template, _optional({"thinking": fields["thinking"]})))
         if answer_opens:
-            _load(_anchored(template, _optional({"thinking": fields["thinking"], _PASSTHROUGH: {},
-                                                 "content": fields["content"],
-                                                 **({"tool_calls": fields["tool_calls"]} if "tool_calls" in source else {})})))
+            reasoning_to_answer = {"thinking": fields["thinking"], _PASSTHROUGH: {}, "content": fields["content"]}
+            if "tool_calls" in source:
+                reasoning_to_answer["tool_calls"] = fields["tool_calls"]
+            _load(_anchored(template, _optional(reasoning_to_answer)))
     if "tool_calls" in source:
         tool_calls = {**copy.deepcopy(fields["tool_calls"]), "optional": True}
         if tool_calls.pop("transform_each", False):
             tool_calls["transform"] = {"members": "{content}"}
         _load(_anchored(template, {_PASSTHROUGH: {}, "tool_calls": tool_calls}))
         if answer_opens:
-            _load(_anchored(template, {_PASSTHROUGH: {}, "tool_calls": tool_calls,
-                                       **_optional({name: fields[name] for name in ("thinking", "content") if name in source})}))
+            answer_fields = {name: fields[name] for name in ("thinking", "content") if name in source}
+            _load(_anchored(template, {_PASSTHROUGH: {}, "tool_calls": tool_calls, **_optional(answer_fields)}))
     return source
 
 
@@ -146,6 +146,7 @@ def sglang_verdicts(template: dict | None) -> dict[str, SGLangVerdict]:
 
     return {
         "tool_call_parser_hf": tools(tools_start),
-        "reasoning_parser_hf": SGLangVerdict("refuses_to_start", start_error) if start_error else SGLangVerdict("starts", None),
+        "reasoning_parser_hf": SGLangVerdict("refuses_to_start", start_error) if start_error
+        else SGLangVerdict("starts", None),
         "both": tools(start_error),
     }
