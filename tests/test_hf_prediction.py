@@ -8,7 +8,11 @@ from pathlib import Path
 import pytest
 
 from conformance.cases import load_suite
-from conformance.hf_prediction import EXPLAINED_DIFFERENCES, HfCheckpoint, judge_expectation, predict
+from conformance.hf_prediction import (
+    EXPLAINED_DIFFERENCES, HfCheckpoint, Refusal, judge_expectation, judge_recording, predict,
+)
+from conformance.transcript import ServerStamp, Transcript
+from conformance.wire import Message
 
 FORCED_CHAT = [(case, mode) for case in load_suite() if case.force is not None and case.endpoint == "chat"
                for mode in case.modes]
@@ -27,3 +31,23 @@ def test_every_shipped_forced_chat_output_is_predicted_as_its_hf_expectation(che
             disagreements[(case.id, mode)] = check.reason
     assert set(disagreements) == set(EXPLAINED_DIFFERENCES), disagreements
     assert len(FORCED_CHAT) >= 130
+
+
+def _recorded(status: int, response: dict | None = None, error_body: dict | None = None) -> Transcript:
+    return Transcript("case", "non-stream", "hf", "chat", ServerStamp("http://127.0.0.1:1", "m", "hf"), {},
+                      status=status, response=response, error_body=error_body)
+
+
+def test_a_recording_that_differs_from_the_prediction_is_judged_a_failure() -> None:
+    predicted = Message(reasoning="\nplan\n", content="ok", finish_reason="stop")
+    answer = {"choices": [{"message": {"role": "assistant", "reasoning": "\nplan\n", "content": "ok"}, "finish_reason": "stop"}]}
+    assert judge_recording(_recorded(200, answer), predicted).outcome == "pass"
+    answer["choices"][0]["message"]["content"] = "ok!"
+    failed = judge_recording(_recorded(200, answer), predicted)
+    assert failed.outcome == "fail" and "content" in failed.reason
+    refusal = Refusal(400, "tool_choice", "cannot guarantee required tool choice")
+    assert judge_recording(_recorded(200, answer), refusal).outcome == "fail"
+    refused = _recorded(400, error_body={"error": {"message": "response_template parsing cannot guarantee required tool "
+                                                              "choice without ...", "param": "tool_choice"}})
+    assert judge_recording(refused, refusal).outcome == "pass"
+    assert judge_recording(refused, predicted).outcome == "fail"
