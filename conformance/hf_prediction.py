@@ -31,6 +31,13 @@ source (paths under `vllm/`):
    when generation was cut (`length`). Streaming (`chat_completion_stream_generator`): the parser is fed
    token by token and every call it emits is sent; finish reason `tool_calls` only when calls were
    sent and generation stopped (`stop`).
+6. The Responses API (`entrypoints/openai/responses/`): `tool_choice` defaults to `auto`, tools or not
+   (`protocol.py`), so tool parsing is on unless `none`; only `adjust_request`'s refusals apply;
+   `max_output_tokens` cuts the output; the answer (`serving.py` `_make_response_output_items` ->
+   `utils.py` `build_response_output_items`) is a reasoning item (unless `include_reasoning` is false), a
+   message item when there is content and a function_call item per parsed call; its status is
+   `incomplete` when generation was cut (`length`), else `completed`, in both modes (streaming feeds
+   `parse_delta` token by token).
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ from typing import Any, Literal
 from conformance.wire import Message, ToolCall
 
 Mode = Literal["non-stream", "stream"]
+Endpoint = Literal["chat", "responses"]
+LIMIT_KEYS: dict[Endpoint, tuple[str, ...]] = {"chat": ("max_completion_tokens", "max_tokens"),
+                                               "responses": ("max_output_tokens",)}
 THINKING, CONTENT, TOOL_CALLS = "thinking", "content", "tool_calls"
 GUARANTEE_REFUSAL = "response_template parsing cannot guarantee {} without a format-compatible structural grammar"
 EMPTY_TOOLS = "`tools` must not be an empty array. Either provide at least one tool or omit the field entirely."
@@ -122,8 +132,8 @@ def streaming_template(template: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _tool_choice(request: Mapping[str, Any]) -> Any:
-    if "tool_choice" not in request and request.get("tools"):
+def _tool_choice(request: Mapping[str, Any], endpoint: Endpoint) -> Any:
+    if "tool_choice" not in request and (request.get("tools") or endpoint == "responses"):
         return "auto"
     return request.get("tool_choice", "none")
 
@@ -133,12 +143,12 @@ def _is_strict(tool: Mapping[str, Any]) -> bool:
     return bool(tool.get("strict") or (isinstance(function, Mapping) and function.get("strict")))
 
 
-def refusal(request: Mapping[str, Any]) -> Refusal | None:
+def refusal(request: Mapping[str, Any], endpoint: Endpoint = "chat") -> Refusal | None:
     """The 400 vLLM 0.32 hf answers before generating (section 1 of the module docstring), if any."""
-    tools, choice = request.get("tools"), _tool_choice(request)
-    if tools == []:
+    tools, choice = request.get("tools"), _tool_choice(request, endpoint)
+    if endpoint == "chat" and tools == []:
         return Refusal(400, "tools", EMPTY_TOOLS)
-    if choice not in ("none", None) and not tools:
+    if endpoint == "chat" and choice not in ("none", None) and not tools:
         return Refusal(400, "tool_choice", CHOICE_WITHOUT_TOOLS)
     if not tools or choice == "none":
         return None
@@ -153,12 +163,13 @@ def refusal(request: Mapping[str, Any]) -> Refusal | None:
     return None
 
 
-def generated(checkpoint: HfCheckpoint, force: str, request: Mapping[str, Any]) -> tuple[list[str], str]:
+def generated(checkpoint: HfCheckpoint, force: str, request: Mapping[str, Any],
+              endpoint: Endpoint = "chat") -> tuple[list[str], str]:
     """The output's text pieces as the engine streams them (one token each, incomplete UTF-8 held back, as the
     incremental detokenizer does) and the engine's finish reason."""
     tokenizer = checkpoint.tokenizer
     ids = tokenizer.encode(force, add_special_tokens=False)
-    limit = request.get("max_completion_tokens") or request.get("max_tokens")
+    limit = next((request[key] for key in LIMIT_KEYS[endpoint] if request.get(key)), None)
     finish = "stop"
     if limit is not None and len(ids) >= limit:
         ids, finish = ids[:limit], "length"
@@ -205,10 +216,9 @@ class _Routed:
     calls: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _parse(checkpoint: HfCheckpoint, request: Mapping[str, Any], pieces: Sequence[str]) -> _Routed:
+def _parse(checkpoint: HfCheckpoint, request: Mapping[str, Any], pieces: Sequence[str], parse_tools: bool) -> _Routed:
     """`_ResponseStream`: feed the pieces, finalise, route the events (section 4)."""
     include_reasoning = request.get("include_reasoning", True) is not False
-    parse_tools = _tool_choice(request) != "none"
     template = streaming_template(checkpoint.subject.response_template)
     parser = _fork().ResponseParser(template, prefix=prefix(checkpoint, request), tools=list(request.get("tools") or []))
     prefix_end = len(parser.input_text)
@@ -231,14 +241,18 @@ def _parse(checkpoint: HfCheckpoint, request: Mapping[str, Any], pieces: Sequenc
     return routed
 
 
-def predict(checkpoint: HfCheckpoint, request: Mapping[str, Any], force: str, mode: Mode) -> Prediction:
-    """vLLM 0.32 hf's answer to a Chat Completions `request` whose output is forced to `force`."""
-    if (refused := refusal(request)) is not None:
+def predict(checkpoint: HfCheckpoint, request: Mapping[str, Any], force: str, mode: Mode,
+            endpoint: Endpoint = "chat") -> Prediction:
+    """vLLM 0.32 hf's answer to a `request` whose output is forced to `force` (a Responses API answer's
+    status stands in for its finish reason, as in the case files)."""
+    if (refused := refusal(request, endpoint)) is not None:
         return refused
-    pieces, finish = generated(checkpoint, force, request)
-    routed = _parse(checkpoint, request, pieces if mode == "stream" else ["".join(pieces)])
-    choice = _tool_choice(request)
-    if mode == "stream":
+    pieces, finish = generated(checkpoint, force, request, endpoint)
+    choice = _tool_choice(request, endpoint)
+    routed = _parse(checkpoint, request, pieces if mode == "stream" else ["".join(pieces)], parse_tools=choice != "none")
+    if endpoint == "responses":
+        calls, finish_reason = routed.calls, "incomplete" if finish == "length" else "completed"
+    elif mode == "stream":
         calls = routed.calls
         finish_reason = "tool_calls" if calls and finish == "stop" else finish
     else:

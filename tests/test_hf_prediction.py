@@ -14,8 +14,7 @@ from conformance.hf_prediction import (
 from conformance.transcript import ServerStamp, Transcript
 from conformance.wire import Message
 
-FORCED_CHAT = [(case, mode) for case in load_suite() if case.force is not None and case.endpoint == "chat"
-               for mode in case.modes]
+FORCED = [(case, mode) for case in load_suite() if case.force is not None for mode in case.modes]
 
 
 @pytest.fixture(scope="module")
@@ -23,14 +22,14 @@ def checkpoint(tiny_checkpoint: Path) -> HfCheckpoint:
     return HfCheckpoint.load(tiny_checkpoint)
 
 
-def test_every_shipped_forced_chat_output_is_predicted_as_its_hf_expectation(checkpoint: HfCheckpoint) -> None:
+def test_every_shipped_forced_output_is_predicted_as_its_hf_expectation(checkpoint: HfCheckpoint) -> None:
     disagreements = {}
-    for case, mode in FORCED_CHAT:
-        check = judge_expectation(case, mode, predict(checkpoint, case.request, case.force, mode))
+    for case, mode in FORCED:
+        check = judge_expectation(case, mode, predict(checkpoint, case.request, case.force, mode, case.endpoint))
         if check.outcome != "pass":
             disagreements[(case.id, mode)] = check.reason
     assert set(disagreements) == set(EXPLAINED_DIFFERENCES), disagreements
-    assert len(FORCED_CHAT) >= 130
+    assert len(FORCED) >= 140 and {case.endpoint for case, _ in FORCED} == {"chat", "responses"}
 
 
 def _recorded(status: int, response: dict | None = None, error_body: dict | None = None) -> Transcript:

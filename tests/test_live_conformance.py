@@ -193,20 +193,20 @@ def test_hf_emits_every_forced_output_exactly_with_canonical_marker_tokens(hf_ru
 
 
 def test_the_offline_prediction_of_hf_agrees_with_every_forced_recording(hf_run, tiny_checkpoint):
-    """conformance/hf_prediction.py: the fork's parse shaped as the server shapes it, from the case and the
-    body as sent, equals what the real server answered (or the difference is explained there)."""
+    """conformance/hf_prediction.py: the fork's parse shaped as the server shapes it, from the case alone,
+    equals what the real server answered (or the difference is explained there), both endpoints."""
     _, transcripts = hf_run
     cases, checkpoint = {case.id: case for case in load_suite()}, HfCheckpoint.load(tiny_checkpoint)
     differences, judged = {}, 0
-    for transcript in chat(transcripts):
-        force = cases[transcript.case_id].force
-        if not transcript.forced or force is None or transcript.skip_reason is not None:
+    for transcript in transcripts:
+        case = cases[transcript.case_id]
+        if not transcript.forced or case.force is None or transcript.skip_reason is not None:
             continue
         judged += 1
-        check = judge_recording(transcript, predict(checkpoint, transcript.request, force, transcript.mode))
+        check = judge_recording(transcript, predict(checkpoint, case.request, case.force, transcript.mode, case.endpoint))
         if check.outcome != "pass":
             differences[(transcript.case_id, transcript.mode)] = check.reason
-    assert judged == sum(len(case.modes) for case in cases.values() if case.force is not None and case.endpoint == "chat")
+    assert judged == sum(len(case.modes) for case in cases.values() if case.force is not None)
     assert set(differences) == set(EXPLAINED_DIFFERENCES), differences
 
 
