@@ -3,7 +3,8 @@
 Run as a child process with SGLang's whole wheel (installed without dependencies,
 `registry.sglang_install()`) first on PYTHONPATH, on this project's interpreter (torch 2.13 CPU and
 transformers 5.19, SGLang's pin). It reads one JSON list of tokenizer_config dicts on standard input and
-writes one JSON list of decisions, one per input, keyed like `audit_sglang.SGLANG_CONFIGURATIONS`. An
+writes the decisions, one per input, keyed like `audit_sglang.SGLANG_CONFIGURATIONS`, with the parser names
+its `--tool-call-parser` and `--reasoning-parser` accept (their argparse choices). An
 input `{"directory": PATH}` is a checkpoint directory read with transformers' real tokenizer instead.
 
 What is SGLang's and what is not: every decision is an SGLang function called with the arguments its
@@ -131,7 +132,12 @@ def _tokenizer(entry: dict) -> Any:
 
 def main() -> None:
     _stub_ipython()
-    json.dump([decide(_tokenizer(entry)) for entry in json.load(sys.stdin)], sys.stdout)
+    from sglang.srt.function_call.parser_names import TOOL_CALL_PARSER_NAMES
+    from sglang.srt.parser.reasoning_parser_names import REASONING_PARSER_NAMES
+
+    decisions = [decide(_tokenizer(entry)) for entry in json.load(sys.stdin)]
+    json.dump({"decisions": decisions, "tool_call_parsers": sorted(TOOL_CALL_PARSER_NAMES),
+               "reasoning_parsers": sorted(REASONING_PARSER_NAMES)}, sys.stdout)
 
 
 if __name__ == "__main__":

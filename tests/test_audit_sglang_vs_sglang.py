@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conformance.audit import audit_local
-from conformance.audit_sglang import MISSING, NO_TOOL_CALLS, TOOL_CALLS_NEED_OPEN
+from conformance.audit_sglang import MISSING, NO_TOOL_CALLS, SGLANG_CONFIGURATIONS, TOOL_CALLS_NEED_OPEN
 from conformance.fixture import RESPONSE_TEMPLATE_FULL, VARIANTS, build_fixture
 from conformance.implementations.registry import sglang_install
 from conformance.template import analyze_template_unbounded
@@ -29,13 +29,18 @@ CHILD = Path(__file__).resolve().parent / "sglang_serving.py"
 CHILD_TIMEOUT_S = 600
 
 
-def sglang_decides(entries: list[dict]) -> list[dict]:
-    """SGLang's decisions for tokenizer_configs (or `{"directory": ...}` checkpoints), from its own code."""
+def sglang_answers(entries: list[dict]) -> dict:
+    """SGLang's decisions for tokenizer_configs (or `{"directory": ...}` checkpoints), from its own code, and
+    its parser names."""
     environment = {**os.environ, "PYTHONPATH": str(sglang_install())}
     done = subprocess.run([sys.executable, str(CHILD)], input=json.dumps(entries), capture_output=True, text=True,
                           env=environment, timeout=CHILD_TIMEOUT_S)  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout)
+
+
+def sglang_decides(entries: list[dict]) -> list[dict]:
+    return sglang_answers(entries)["decisions"]
 
 
 def _template(**fields: dict | None) -> dict:
@@ -72,8 +77,20 @@ CASES = [*mutation_corpus(), *sorted(fixture_tokenizer_configs().items()),
 
 
 @pytest.fixture(scope="module")
-def decisions() -> dict[str, dict]:
-    return dict(zip([case_id for case_id, _ in CASES], sglang_decides([config for _, config in CASES])))
+def answers() -> dict:
+    return sglang_answers([config for _, config in CASES])
+
+
+@pytest.fixture(scope="module")
+def decisions(answers: dict) -> dict[str, dict]:
+    return dict(zip([case_id for case_id, _ in CASES], answers["decisions"]))
+
+
+def test_the_configurations_name_the_parser_sglang_accepts(answers: dict) -> None:
+    for flags in SGLANG_CONFIGURATIONS.values():
+        for flag, name in zip(flags.split()[::2], flags.split()[1::2]):
+            assert name in answers["tool_call_parsers" if flag == "--tool-call-parser" else "reasoning_parsers"]
+    assert "hf" not in answers["tool_call_parsers"] and "hf" not in answers["reasoning_parsers"]
 
 
 def _predicted(tokenizer_config: dict) -> dict:
