@@ -13,6 +13,7 @@ from typing import Literal
 
 from conformance import hub
 from conformance.audit_rust import RustVerdict
+from conformance.audit_sglang import SGLangVerdict
 from conformance.checkpoints import CheckpointEntry, revision_warning
 from conformance.template import (
     CONFIGURATIONS,
@@ -81,6 +82,12 @@ class CheckpointAudit:
     def vllm_0_33_rust(self) -> dict[str, RustVerdict] | None:
         """As `vllm_0_32_rust`, for vLLM 0.33's Rust frontend."""
         return self.template.vllm_0_33_rust if self.template is not None else None
+
+    @property
+    def sglang_0_5_23(self) -> dict[str, SGLangVerdict] | None:
+        """SGLang 0.5.23's predicted behaviour (from its code: it cannot run here); None when the template
+        could not be analysed."""
+        return self.template.sglang_0_5_23 if self.template is not None else None
 
     @property
     def findings(self) -> tuple[Finding, ...]:

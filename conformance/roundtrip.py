@@ -110,14 +110,15 @@ class RenderError(Exception):
     """The chat template could not render the conversation."""
 
 
-def render(subject: Subject, messages: list[dict], tools: list[dict], add_generation_prompt: bool) -> str:
-    """The conversation as `apply_chat_template(..., tokenize=False)` renders it."""
+def render(subject: Subject, messages: list[dict], tools: list[dict], add_generation_prompt: bool,
+           **template_kwargs: Any) -> str:
+    """The conversation as `apply_chat_template(..., tokenize=False, **template_kwargs)` renders it."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
     try:
         rendered, _ = render_jinja_template(
             conversations=[messages], tools=tools or None, chat_template=subject.chat_template,
-            add_generation_prompt=add_generation_prompt, **subject.special_tokens,
+            add_generation_prompt=add_generation_prompt, **subject.special_tokens, **template_kwargs,
         )
     except Exception as error:  # a checkpoint's template may raise anything (raise_exception, undefined...)
         raise RenderError(f"{type(error).__name__}: {error}") from None

@@ -32,6 +32,7 @@ import regex
 
 from conformance import audit_033
 from conformance.audit_rust import RustVerdict, rust_verdicts
+from conformance.audit_sglang import SGLangVerdict, sglang_verdicts
 
 TEMPLATE_KEY = "response_template"
 LEGACY_KEY = "response_schema"
@@ -99,6 +100,7 @@ class TemplateAnalysis:
     vllm_0_32_rust: dict[str, RustVerdict] = field(default_factory=dict)  # `vllm-rs serve` (audit_rust.py)
     vllm_0_33: dict[str, StartupVerdict] = field(default_factory=dict)  # audit_033.py
     vllm_0_33_rust: dict[str, RustVerdict] = field(default_factory=dict)  # 0.32's frontend rules, 0.33's engine
+    sglang_0_5_23: dict[str, SGLangVerdict] = field(default_factory=dict)  # SGLang's server (audit_sglang.py)
 
 
 class TemplateAnalysisTimeout(RuntimeError):
@@ -487,6 +489,7 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
         vllm_0_32_rust=rust_verdicts(raw_template, _engine_error(template, serving_error)),
         vllm_0_33=_verdicts(template, serving_error, fields, audit_033.ENGINE_MISSING, audit_033.frontend_missing),
         vllm_0_33_rust=rust_verdicts(raw_template, _engine_error(template, serving_error, audit_033.ENGINE_MISSING)),
+        sglang_0_5_23=sglang_verdicts(template),
     )
 
 

@@ -44,7 +44,7 @@ def test_the_reports_carry_each_releases_own_verdicts(tmp_path: Path) -> None:
                                                     "http_status": None}
     assert checkpoint["vllm_0_32_rust"]["both"]["error"] == MISSING_032
     text = markdown.read_text()
-    assert "| 0.33 | vllm-rs | vllm-rs 0.33 | expect |" in text
+    assert "| 0.33 | vllm-rs | vllm-rs 0.33 | sglang | expect |" in text
     assert "| fails | fails | fails | fails/fails/fails | 500/no start/no start | 500/no start/no start |" in text
     assert f"- vLLM 0.33: `--enable-auto-tool-choice --tool-call-parser hf` fails: {code_span(TOOLS_033)}" in text
     assert f"- `--enable-auto-tool-choice --tool-call-parser hf` fails: {code_span(MISSING_032)}" in text

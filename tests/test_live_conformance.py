@@ -20,6 +20,8 @@ from conformance.wire import read_stream, response_message
 from conformance.engine import markers_for_checkpoint
 from conformance.driver import Target
 from conformance.engine import run
+from conformance.hf_prediction import EXPLAINED_DIFFERENCES, HfCheckpoint, judge_recording, predict
+from conformance.profiles import PROFILES
 from conformance.results import read_results
 from conformance.transcript import Transcript, read_transcripts
 
@@ -189,6 +191,26 @@ def test_hf_emits_every_forced_output_exactly_with_canonical_marker_tokens(hf_ru
     problems = forced_problems(hf_run[1])
     assert len(problems) >= 60
     assert {key: found for key, found in problems.items() if found} == {}
+
+
+def test_the_offline_prediction_of_hf_agrees_with_every_forced_recording(hf_run, tiny_checkpoint):
+    """conformance/hf_prediction.py: the fork's parse shaped as the server shapes it, from the case alone,
+    equals what the real server answered (or the difference is explained there), both endpoints."""
+    _, transcripts = hf_run
+    served = PROFILES["hf"].fixture_variant  # cases needing another variant are not sent on this run
+    cases = {case.id: case for case in load_suite() if case.fixture_variant in (None, served)}
+    checkpoint = HfCheckpoint.load(tiny_checkpoint)
+    differences, judged = {}, 0
+    for transcript in transcripts:
+        case = cases.get(transcript.case_id)
+        if case is None or not transcript.forced or case.force is None or transcript.skip_reason is not None:
+            continue
+        judged += 1
+        check = judge_recording(transcript, predict(checkpoint, case.request, case.force, transcript.mode, case.endpoint))
+        if check.outcome != "pass":
+            differences[(transcript.case_id, transcript.mode)] = check.reason
+    assert judged == sum(len(case.modes) for case in cases.values() if case.force is not None)
+    assert set(differences) == set(EXPLAINED_DIFFERENCES), differences
 
 
 def test_hermes_replaces_the_forced_output_when_tool_choice_is_required(legacy_run):

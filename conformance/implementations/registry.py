@@ -1,7 +1,8 @@
 """The implementations the matrix can run, by name, and where each one's code comes from.
 
 A transformers release is imported as `transformers.utils.chat_parsing` with its own install first on
-PYTHONPATH; a fork is the `chat_parsing` folder of vLLM or SGLang loaded as a stand-alone package
+PYTHONPATH; a fork is the `chat_parsing` folder of vLLM or SGLang (from its whole wheel, installed without
+dependencies) loaded as a stand-alone package
 (its imports are relative), so neither engine (nor torch) is imported.
 """
 
@@ -44,6 +45,16 @@ def _fork(name: str, requirement: str, package_path: str) -> Callable[[], Path]:
     return locate
 
 
+def sglang_install() -> Path:
+    """SGLang 0.5.23's whole wheel, installed without dependencies (its parser folder is the fork; the
+    tests also call its serving validation from here)."""
+    return setup.ensure_package("sglang-0.5.23", "sglang==0.5.23")
+
+
+def _sglang_fork() -> Path:
+    return sglang_install() / "sglang" / "srt" / "parser" / "chat_parsing"
+
+
 def _transformers(release: str) -> Callable[[], Path]:
     return lambda: setup.ensure_transformers(release)
 
@@ -53,8 +64,7 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
        for release in TRANSFORMERS_RELEASES},
     "vllm-0.32": Implementation("vllm-0.32", "folder", _venv_vllm_fork),
     "vllm-0.33": Implementation("vllm-0.33", "folder", _fork("vllm-0.33.0", "vllm==0.33.0", "vllm/parser/chat_parsing/")),
-    "sglang-0.5.23": Implementation("sglang-0.5.23", "folder",
-                                    _fork("sglang-0.5.23", "sglang==0.5.23", "sglang/srt/parser/chat_parsing/")),
+    "sglang-0.5.23": Implementation("sglang-0.5.23", "folder", _sglang_fork),
 }
 
 

@@ -22,16 +22,15 @@ MEMORY_BYTES = 1024 * 1024 * 1024
 MAX_CHUNK = 8
 
 
-def _load(kind: str, location: str) -> Any:
+def _load(kind: str, location: str, name: str = "chat_parsing_fork") -> Any:
     if kind == "package":
         import transformers.utils.chat_parsing as module
 
         return module
     folder = Path(location)
-    spec = importlib.util.spec_from_file_location("chat_parsing_fork", folder / "__init__.py",
-                                                  submodule_search_locations=[str(folder)])
+    spec = importlib.util.spec_from_file_location(name, folder / "__init__.py", submodule_search_locations=[str(folder)])
     module = importlib.util.module_from_spec(spec)
-    sys.modules["chat_parsing_fork"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -20,6 +20,7 @@ from conformance import __version__
 from conformance.audit import OK, CheckpointAudit
 from conformance.template import StartupVerdict
 from conformance.audit_rust import RUST_CONFIGURATIONS, RustVerdict
+from conformance.audit_sglang import SGLANG_CONFIGURATIONS, SGLangVerdict
 from conformance.report.audit_offline import offline_lines
 from conformance.report.markdown_text import code_span, visible
 from conformance.template import CONFIGURATIONS
@@ -47,9 +48,10 @@ def audit_to_json(audit: CheckpointAudit) -> dict[str, Any]:
         "regions": template.regions if template else None,
         "findings": [{"code": f.code, "message": f.message} for f in audit.findings],
         "vllm_0_32": _python_json(audit.vllm_0_32),
-        "vllm_0_32_rust": _rust_json(audit.vllm_0_32_rust),
+        "vllm_0_32_rust": _outcome_json(audit.vllm_0_32_rust),
         "vllm_0_33": _python_json(audit.vllm_0_33),
-        "vllm_0_33_rust": _rust_json(audit.vllm_0_33_rust),
+        "vllm_0_33_rust": _outcome_json(audit.vllm_0_33_rust),
+        "sglang_0_5_23": _outcome_json(audit.sglang_0_5_23),
         "expect": audit.expect,
         "unmet_expectations": audit.unmet_expectations,
         "warnings": audit.warnings,
@@ -58,7 +60,7 @@ def audit_to_json(audit: CheckpointAudit) -> dict[str, Any]:
     }
 
 
-def _rust_json(verdicts: dict[str, RustVerdict] | None) -> dict[str, Any] | None:
+def _outcome_json(verdicts: dict[str, RustVerdict] | dict[str, SGLangVerdict] | None) -> dict[str, Any] | None:
     if verdicts is None:
         return None
     return {name: {"outcome": verdict.outcome, "error": verdict.error, "http_status": verdict.http_status}
@@ -80,6 +82,7 @@ def build_report(audits: list[CheckpointAudit], *, started_at: datetime, complet
         "complete": complete,
         "configurations": CONFIGURATIONS,
         "rust_configurations": RUST_CONFIGURATIONS,
+        "sglang_configurations": SGLANG_CONFIGURATIONS,
         "summary": {
             "checkpoints": len(ordered),
             "ok": sum(audit.status == OK for audit in ordered),
@@ -129,6 +132,29 @@ def _rust_details(report: dict, checkpoint: dict) -> list[str]:
     return lines
 
 
+SGLANG_WORDS = {"starts": "starts", "refuses_to_start": "no start", "starts_but_refuses_tool_requests": "400 tools"}
+
+
+def _sglang_outcomes(checkpoint: dict) -> str:
+    """SGLang's predicted outcome per configuration, in CONFIGURATIONS order."""
+    verdicts = checkpoint["sglang_0_5_23"]
+    if verdicts is None:
+        return "n/a"
+    return "/".join(SGLANG_WORDS[verdicts[name]["outcome"]] for name in CONFIGURATIONS)
+
+
+def _sglang_details(report: dict, checkpoint: dict) -> list[str]:
+    lines = []
+    for name, verdict in (checkpoint["sglang_0_5_23"] or {}).items():
+        flags = f"SGLang `{report['sglang_configurations'][name]}`"
+        if verdict["outcome"] == "refuses_to_start":
+            lines.append(f"- {flags} would not start (predicted from its code): {_code(verdict['error'])}")
+        elif verdict["outcome"] == "starts_but_refuses_tool_requests":
+            lines.append(f"- {flags} would start, but answer chat requests with tools HTTP {verdict['http_status']} "
+                         f"(predicted from its code): {_code(verdict['error'])}")
+    return lines
+
+
 def _revision(checkpoint: dict) -> str:
     if checkpoint["source"] == "local":
         return "(local)"
@@ -173,7 +199,8 @@ def _row(checkpoint: dict) -> list[str]:
     per configuration (0.32's, then 0.33's and the Rust frontend's in one cell each), expectation."""
     return [_revision(checkpoint), checkpoint["status"], checkpoint["metadata_key"] or "n/a", _template_state(checkpoint),
             *(_outcome(checkpoint, name) for name in CONFIGURATIONS), _outcomes_033(checkpoint), _rust_outcomes(checkpoint),
-            _rust_outcomes(checkpoint, "vllm_0_33_rust"), _expectation(checkpoint)]
+            _rust_outcomes(checkpoint, "vllm_0_33_rust"), _sglang_outcomes(checkpoint),
+            _expectation(checkpoint)]
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -193,9 +220,15 @@ def render_markdown(report: dict[str, Any]) -> str:
         + ". Its column gives them in that order: `starts`, `no start` (the server does not start) or `500`"
         " (it starts, but refuses every chat request); `vllm-rs 0.33` the same for vLLM 0.33's Rust frontend.",
         "",
+        "SGLang 0.5.23, same configurations: "
+        + "; ".join(f"`{name}` = `{flags}`" for name, flags in report["sglang_configurations"].items())
+        + ". SGLang's server cannot run on a machine without CUDA (its kernels on PyPI are CUDA-only): its column is"
+        " predicted from the code of its wheel (`conformance/audit_sglang.py`), in that order: `starts`, `no start`"
+        " or `400 tools` (it starts, but refuses every chat request that sends tools).",
+        "",
         "| checkpoint | revision → commit | status | metadata | template | " + " | ".join(CONFIGURATIONS)
-        + " | 0.33 | vllm-rs | vllm-rs 0.33 | expect |",
-        "|---|---|---|---|---|" + "---|" * len(CONFIGURATIONS) + "---|---|---|---|",
+        + " | 0.33 | vllm-rs | vllm-rs 0.33 | sglang | expect |",
+        "|---|---|---|---|---|" + "---|" * len(CONFIGURATIONS) + "---|---|---|---|---|",
     ]
     for checkpoint in report["checkpoints"]:
         lines.append("| " + " | ".join(_cell(cell) for cell in [f"`{checkpoint['id']}`", *_row(checkpoint)]) + " |")
@@ -218,6 +251,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                 if not verdict["starts"]:
                     lines.append(f"- {label}`{report['configurations'][name]}` fails: {_code(verdict['error'])}")
         lines += _rust_details(report, checkpoint)
+        lines += _sglang_details(report, checkpoint)
         lines += [f"- finding ({finding['code']}): {finding['message']}" for finding in checkpoint["findings"]]
         lines += [f"- warning: {warning}" for warning in checkpoint["warnings"]]
         lines += [f"- **unmet expectation**: {message}" for message in checkpoint["unmet_expectations"]]
