@@ -17,7 +17,7 @@ from conformance.driver import Target
 from conformance.engine import run
 from conformance.fixture import NON_LITERAL_CLOSE_PATTERN, build_fixture
 from conformance.forcing import forcing_extra_body, token_grammar_body
-from conformance.profiles import find_vllm_error, find_vllm_rs_error
+from conformance.server_logs import find_vllm_error, find_vllm_rs_error
 from conformance.server import Server, ServerStartError, descendant_pids, launch, pid_alive
 
 DATA = Path(__file__).with_name("data")

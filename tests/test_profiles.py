@@ -23,9 +23,9 @@ from conformance.profiles import (
     Profile,
     VersionProbe,
     expectation_for,
-    find_vllm_error,
     launchable_profiles,
 )
+from conformance.server_logs import find_vllm_error
 from conformance.report import html
 from conformance.runtimes import SetupError, VirtualEnv
 from conformance.server import ServerStartError, descendant_pids, launch, pid_alive, server_command

@@ -24,7 +24,8 @@ from conformance.forcing import (
     token_ids_of_stream,
     verify_forced_output,
 )
-from conformance.profiles import PROFILES, Profile, find_vllm_error, resolve_profile, vllm_profile
+from conformance.profiles import PROFILES, Profile, resolve_profile, vllm_profile
+from conformance.server_logs import find_vllm_error
 from conformance.server import (
     ServerStartError,
     descendant_pids,

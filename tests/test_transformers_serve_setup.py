@@ -15,8 +15,8 @@ from conformance.fixture import EOS_TOKEN, build_fixture
 from conformance.profiles import (
     PROFILES,
     CommandVersionProbe,
-    find_transformers_serve_error,
 )
+from conformance.server_logs import find_transformers_serve_error
 from conformance.runtimes import CurrentInterpreter, SetupError
 from conformance.runtimes.transformers_serve import MARKER_FILE, ManagedVirtualEnv, ensure_venv
 from conformance.sequence_bias import (
