@@ -54,3 +54,10 @@ def error_transcript(status: int, body: Any, mode: str = "non-stream", profile: 
 
 
 STAMP = ServerStamp("http://127.0.0.1:1/v1", "tiny", "hf", "0.32.0")
+
+
+def modes_needing_another_variant(served_variant: str) -> set[tuple[str, str]]:
+    """(case id, mode) of the shipped cases a run serving `served_variant` does not send: they name another
+    checkpoint variant (their results are `skip`, kind other_fixture_variant, always allowed)."""
+    return {(case.id, mode) for case in load_suite()
+            if case.fixture_variant not in (None, served_variant) for mode in case.modes}

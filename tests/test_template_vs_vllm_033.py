@@ -109,8 +109,8 @@ def test_the_033_audit_predicts_what_the_real_033_server_does(variant: str, conf
     assert_starts_as_predicted(_hf_033(configuration), model, _verdict(model, configuration), tmp_path)
 
 
-def test_the_pooled_033_server_starts_as_predicted(hf_033_server: Server, server_pool) -> None:
+def test_the_pooled_033_server_starts_as_predicted(hf_033_server: Server) -> None:
     """The test pool's hf-0.33 server (started for the other real-tier tests anyway) runs with `both`."""
     assert hf_033_server.version == "0.33.0"
     assert " ".join(hf_033_server.profile.launch.flags) == CONFIGURATIONS["both"]
-    assert _verdict(server_pool.checkpoint_for("hf-0.33"), "both").starts
+    assert _verdict(Path(hf_033_server.model), "both").starts
