@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.cases import Case, load_suite
+from conformance.profiles import expectation_for, profile_record
 from conformance.transcript import ServerStamp, SseLine, Transcript
 
 WEATHER_TOOL = """\
@@ -61,3 +62,11 @@ def modes_needing_another_variant(served_variant: str) -> set[tuple[str, str]]:
     checkpoint variant (their results are `skip`, kind other_fixture_variant, always allowed)."""
     return {(case.id, mode) for case in load_suite()
             if case.fixture_variant not in (None, served_variant) for mode in case.modes}
+
+
+def modes_not_sent(profile: str) -> set[tuple[str, str]]:
+    """(case id, mode) of the shipped cases a run of `profile` (on its record's variant) does not send:
+    those needing another variant, and those whose expectation for it is a declared `skip`."""
+    declared = {(case.id, mode) for case in load_suite() for mode in case.modes
+                if (expected := expectation_for(case, profile)) is not None and expected.skip}
+    return modes_needing_another_variant(profile_record(profile).fixture_variant) | declared
