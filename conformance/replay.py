@@ -130,8 +130,20 @@ def replay_chat(chunks: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -> tu
     state = feed.state
     choice = state.current_completion_snapshot.choices[0]
     if choice.finish_reason not in ("length", "content_filter"):
-        choice = state.get_final_completion().choices[0]
+        choice = _kept_alive(state.get_final_completion()).choices[0]
     return choice.message.to_dict(), choice.finish_reason
+
+
+_SDK_GENERICS: set[type] = set()  # the parametrized models of the SDK's final objects, kept alive
+
+
+def _kept_alive(final: Any) -> Any:
+    """`final` (a parsed completion or response), its class kept alive. The SDK parametrizes its
+    generic models (`ParsedChatCompletion[ResponseFormatT]`, ...) anew for each final object, and
+    pydantic caches those classes weakly: once the garbage collector has taken one, the next
+    replay builds it and its validation schema again (a tenth of all judging)."""
+    _SDK_GENERICS.add(type(final))
+    return final
 
 
 @dataclass(frozen=True)
@@ -274,4 +286,4 @@ def replay_responses(events: Sequence[Mapping[str, Any]], tools: Sequence[Any]) 
     final = state._completed_response  # what get_final_response() returns
     if final is None:
         raise RuntimeError("Didn't receive a `response.completed` event.")  # get_final_response()'s own words
-    return final.to_dict()
+    return _kept_alive(final).to_dict()

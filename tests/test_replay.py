@@ -241,3 +241,26 @@ def test_the_message_does_not_depend_on_where_the_stream_is_cut(reasoning, conte
     assert (message.reasoning, message.content) == (reasoning or None, content or None)
     assert [(call.name, json.loads(call.arguments)) for call in message.tool_calls] == [("get_weather", arguments)]
     assert checks.finding_client_replay(transcript, reading).outcome == "pass"
+
+
+def test_a_replay_after_a_garbage_collection_builds_no_model_class_anew(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK parametrizes its generic models (ParsedChatCompletion[ResponseFormatT], ...) for every
+    final completion and pydantic caches them weakly: a class the collector took is built again,
+    validation schema and all."""
+    import gc
+
+    from pydantic._internal import _generics
+
+    chunks = [ROLE, chat_chunk({"content": "hi"}), chat_chunk({}, finish_reason="stop")]
+    response = {"id": "r", "object": "response", "status": "completed", "output": [], "created_at": 0, "model": "m"}
+    events = [{"type": "response.created", "response": {**response, "status": "in_progress"}},
+              {"type": "response.completed", "response": response}]
+    replay_chat(chunks, [])
+    replay.replay_responses(events, [])
+    built = []
+    create = _generics.create_generic_submodel
+    monkeypatch.setattr(_generics, "create_generic_submodel", lambda *args: built.append(args[0]) or create(*args))
+    gc.collect()
+    assert replay_chat(chunks, [])[0]["content"] == "hi"
+    assert replay.replay_responses(events, [])["status"] == "completed"
+    assert built == []
