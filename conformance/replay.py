@@ -86,22 +86,46 @@ def _unset_extras(value: Any, type_: Any) -> None:
     not declare (vLLM's `token_ids`, `reasoning`, ...) out of `model_fields_set`, where validation puts
     them; a union (an optional field, an event union) it validates with pydantic, as the strict path
     did. Only declared fields can hold models: undeclared ones keep the raw JSON value either way."""
+    plan = _descent(type_)
+    if plan is None or value is None:
+        return
+    kind, inner = plan
+    if kind == "list":
+        for item in value:
+            _unset_extras(item, inner)
+    elif kind == "dict":
+        for item in value.values():
+            _unset_extras(item, inner)
+    else:
+        if value.__pydantic_extra__:
+            object.__setattr__(value, "__pydantic_fields_set__", value.model_fields_set - value.__pydantic_extra__.keys())
+        for name, annotation in _model_descent(type(value)):
+            _unset_extras(value.__dict__.get(name), annotation)
+
+
+@functools.cache
+def _descent(type_: Any) -> tuple[str, Any] | None:
+    """How `_unset_extras` goes into a value of `type_`: ("list", item type), ("dict", value type),
+    ("model", None), or None where there is nothing to do (a union, a plain value, a list of them)."""
     while typing.get_origin(type_) is typing.Annotated:
         type_ = typing.get_args(type_)[0]
     origin = typing.get_origin(type_)
-    if origin in (typing.Union, types.UnionType) or value is None:
-        return
     if origin is list:
-        for item in value:
-            _unset_extras(item, typing.get_args(type_)[0])
-    elif origin is dict:
-        for item in value.values():
-            _unset_extras(item, typing.get_args(type_)[1])
-    elif isinstance(type_, type) and hasattr(type_, "__pydantic_fields__"):  # a pydantic model
-        if value.__pydantic_extra__:
-            object.__setattr__(value, "__pydantic_fields_set__", value.model_fields_set - value.__pydantic_extra__.keys())
-        for name, field in type(value).__pydantic_fields__.items():
-            _unset_extras(value.__dict__.get(name), field.annotation)
+        inner = typing.get_args(type_)[0]
+        return ("list", inner) if _descent(inner) is not None else None
+    if origin is dict:
+        inner = typing.get_args(type_)[1]
+        return ("dict", inner) if _descent(inner) is not None else None
+    if origin is None and isinstance(type_, type) and hasattr(type_, "__pydantic_fields__"):  # a pydantic model
+        return ("model", None)
+    return None
+
+
+@functools.cache
+def _model_descent(model: type) -> tuple[tuple[str, Any], ...]:
+    """The declared fields of `model` that `_unset_extras` goes into, with their annotations."""
+    return tuple((name, field.annotation) for name, field in model.__pydantic_fields__.items()
+                 if _descent(field.annotation) is not None)
 
 
 def replay_chat(chunks: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -> tuple[dict[str, Any], Any]:
