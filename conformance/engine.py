@@ -344,8 +344,8 @@ async def run_async(
         tokenizer = functools.cache(lambda: method.tokenizer(target.root_url, target.model, target.api_key,
                                                              target.timeout))
 
-        async def one_request(case: Any, mode: str, repeat_index: int) -> Transcript:
-            forcing, not_sent = await _forcing_for(case, target, natural, tokenizer)
+        async def one_request(case: Any, mode: str, repeat_index: int, forcing: dict[str, Any] | None,
+                              not_sent: NotSent | None) -> Transcript:
             if not_sent:
                 transcript = _not_sent(case, target, mode, repeat_index, not_sent, forcing)
             else:
@@ -362,7 +362,9 @@ async def run_async(
 
         async def one_case(case: Any, repeat_index: int) -> None:
             modes = case_modes(case)
-            recorded = await asyncio.gather(*(one_request(case, mode, repeat_index) for mode in modes))
+            forcing, not_sent = await _forcing_for(case, target, natural, tokenizer)  # the same for every mode
+            recorded = await asyncio.gather(*(one_request(case, mode, repeat_index, forcing, not_sent)
+                                              for mode in modes))
             for result in judge_group(case, dict(zip(modes, recorded)), markers, allowed_skips):
                 results.append(result)
                 if writers:

@@ -33,6 +33,7 @@ import base64
 import http.client
 import io
 import json
+import queue
 import threading
 import time
 import urllib.error
@@ -398,10 +399,42 @@ def _post_json(url: str, body: dict, timeout: float, api_key: str | None) -> dic
 Result = TypeVar("Result")
 
 
+class _SideThreads:
+    """Daemon threads for side requests, each kept for the next job once it is done (handing a job to
+    a waiting thread costs a fraction of starting one, and a run makes one or two per forced request);
+    a new one starts when none is idle, so a job that hangs holds up no other."""
+
+    MAX_IDLE = 16
+
+    def __init__(self) -> None:
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        self._lock = threading.Lock()
+
+    def run(self, job: Callable[[], None]) -> None:
+        """Run `job` (which must not raise) in one of the threads."""
+        with self._lock:
+            jobs = self._idle.pop() if self._idle else None
+        if jobs is None:
+            jobs = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(jobs,), daemon=True, name="side-request").start()
+        jobs.put(job)
+
+    def _serve(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            jobs.get()()
+            with self._lock:
+                if len(self._idle) >= self.MAX_IDLE:
+                    return
+                self._idle.append(jobs)
+
+
+_SIDE_THREADS = _SideThreads()
+
+
 async def in_daemon_thread(timeout: float, function: Callable[..., Result], *args: Any) -> Result:
-    """`function(*args)` (blocking: these side requests) in a daemon thread, awaited at most `timeout`
-    seconds (TimeoutError). Unlike `asyncio.to_thread`, nothing waits for the thread when the run ends or is
-    interrupted: an abandoned request ends with its own socket timeout, in the background."""
+    """`function(*args)` (blocking: these side requests) in a daemon thread (`_SideThreads`), awaited at
+    most `timeout` seconds (TimeoutError). Unlike `asyncio.to_thread`, nothing waits for the thread when the
+    run ends or is interrupted: an abandoned request ends with its own socket timeout, in the background."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future = loop.create_future()
 
@@ -419,6 +452,6 @@ async def in_daemon_thread(timeout: float, function: Callable[..., Result], *arg
         except RuntimeError:  # the loop is closed: nobody waits any more
             pass
 
-    threading.Thread(target=work, daemon=True, name="side-request").start()
+    _SIDE_THREADS.run(work)
     async with asyncio.timeout(timeout):
         return await future

@@ -9,8 +9,9 @@ Two shortcuts keep this cheap, each held equal to the SDK's own way by tests/tes
 * `sdk_object` builds the objects openai-python builds from each JSON value (`construct_type`),
   through pydantic-core's strict validation where the value fits exactly (about ten times faster).
 * Consecutive chunks that only append text to choice 0 (vLLM sends one per token, and an empty one
-  per token the parser swallows) are fed as one chunk with their texts joined: the accumulator
-  concatenates strings, so it ends the same, and such chunks fire no event that changes the state.
+  per token the parser swallows), the last perhaps with the finish reason, are fed as one chunk with
+  their texts joined: the accumulator concatenates strings, so it ends the same, and such chunks
+  fire no event that changes the state (the finish reason's "done" events follow the same rebuild).
   This is done only where it provably changes nothing (`_ChunkFeed._joinable_run`); elsewhere every
   chunk is fed.
 """
@@ -26,6 +27,8 @@ from typing import Any
 
 # The delta fields a text-only chunk may carry: content, and vLLM's reasoning fields.
 TEXT_FIELDS = frozenset({"content", "reasoning", "reasoning_content"})
+# The finish reasons of openai-python's ChatCompletionChunk (a chunk with another one does not fit it exactly).
+FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
 
 
 def sdk_object(type_: Any, value: Any) -> Any:
@@ -86,22 +89,46 @@ def _unset_extras(value: Any, type_: Any) -> None:
     not declare (vLLM's `token_ids`, `reasoning`, ...) out of `model_fields_set`, where validation puts
     them; a union (an optional field, an event union) it validates with pydantic, as the strict path
     did. Only declared fields can hold models: undeclared ones keep the raw JSON value either way."""
+    plan = _descent(type_)
+    if plan is None or value is None:
+        return
+    kind, inner = plan
+    if kind == "list":
+        for item in value:
+            _unset_extras(item, inner)
+    elif kind == "dict":
+        for item in value.values():
+            _unset_extras(item, inner)
+    else:
+        if value.__pydantic_extra__:
+            object.__setattr__(value, "__pydantic_fields_set__", value.model_fields_set - value.__pydantic_extra__.keys())
+        for name, annotation in _model_descent(type(value)):
+            _unset_extras(value.__dict__.get(name), annotation)
+
+
+@functools.cache
+def _descent(type_: Any) -> tuple[str, Any] | None:
+    """How `_unset_extras` goes into a value of `type_`: ("list", item type), ("dict", value type),
+    ("model", None), or None where there is nothing to do (a union, a plain value, a list of them)."""
     while typing.get_origin(type_) is typing.Annotated:
         type_ = typing.get_args(type_)[0]
     origin = typing.get_origin(type_)
-    if origin in (typing.Union, types.UnionType) or value is None:
-        return
     if origin is list:
-        for item in value:
-            _unset_extras(item, typing.get_args(type_)[0])
-    elif origin is dict:
-        for item in value.values():
-            _unset_extras(item, typing.get_args(type_)[1])
-    elif isinstance(type_, type) and hasattr(type_, "__pydantic_fields__"):  # a pydantic model
-        if value.__pydantic_extra__:
-            object.__setattr__(value, "__pydantic_fields_set__", value.model_fields_set - value.__pydantic_extra__.keys())
-        for name, field in type(value).__pydantic_fields__.items():
-            _unset_extras(value.__dict__.get(name), field.annotation)
+        inner = typing.get_args(type_)[0]
+        return ("list", inner) if _descent(inner) is not None else None
+    if origin is dict:
+        inner = typing.get_args(type_)[1]
+        return ("dict", inner) if _descent(inner) is not None else None
+    if origin is None and isinstance(type_, type) and hasattr(type_, "__pydantic_fields__"):  # a pydantic model
+        return ("model", None)
+    return None
+
+
+@functools.cache
+def _model_descent(model: type) -> tuple[tuple[str, Any], ...]:
+    """The declared fields of `model` that `_unset_extras` goes into, with their annotations."""
+    return tuple((name, field.annotation) for name, field in model.__pydantic_fields__.items()
+                 if _descent(field.annotation) is not None)
 
 
 def replay_chat(chunks: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -> tuple[dict[str, Any], Any]:
@@ -126,12 +153,27 @@ def replay_chat(chunks: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -> tu
             continue
         run.append((chunk, appended))
         call_index = call_index if appended.call_index is None else appended.call_index
+        if appended.finishes:  # the finish reason ends a run
+            feed.run(run, call_index)
+            run, call_index = [], None
     feed.run(run, call_index)
     state = feed.state
     choice = state.current_completion_snapshot.choices[0]
     if choice.finish_reason not in ("length", "content_filter"):
-        choice = state.get_final_completion().choices[0]
+        choice = _kept_alive(state.get_final_completion()).choices[0]
     return choice.message.to_dict(), choice.finish_reason
+
+
+_SDK_GENERICS: set[type] = set()  # the parametrized models of the SDK's final objects, kept alive
+
+
+def _kept_alive(final: Any) -> Any:
+    """`final` (a parsed completion or response), its class kept alive. The SDK parametrizes its
+    generic models (`ParsedChatCompletion[ResponseFormatT]`, ...) anew for each final object, and
+    pydantic caches those classes weakly: once the garbage collector has taken one, the next
+    replay builds it and its validation schema again (a tenth of all judging)."""
+    _SDK_GENERICS.add(type(final))
+    return final
 
 
 @dataclass(frozen=True)
@@ -141,12 +183,13 @@ class _Appended:
     texts: Mapping[str, str | None]
     call_index: int | None = None
     arguments: str | None = None
+    finishes: bool = False  # the chunk also carries choice 0's finish reason
 
 
 def _appended(chunk: Any) -> _Appended | None:
-    """What a chunk appends when all it carries for choice 0 is text (strings or null) and at most
-    the next piece of one call's arguments (no role, id, name, finish_reason, logprobs or
-    moderation); None for any other chunk."""
+    """What a chunk appends when all it carries for choice 0 is text (strings or null), at most
+    the next piece of one call's arguments and perhaps a finish reason the SDK knows (no role, id,
+    name, logprobs or moderation); None for any other chunk."""
     if not isinstance(chunk, dict) or chunk.get("moderation") is not None:
         return None
     choices = chunk.get("choices")
@@ -155,8 +198,11 @@ def _appended(chunk: Any) -> _Appended | None:
     choice = choices[0]
     if type(choice) is not dict or type(choice.get("index")) is not int or choice["index"] != 0:
         return None
-    if choice.get("finish_reason") is not None or choice.get("logprobs") is not None:
+    finish_reason = choice.get("finish_reason")
+    if finish_reason is not None and (type(finish_reason) is not str or finish_reason not in FINISH_REASONS) \
+            or choice.get("logprobs") is not None:
         return None
+    finishes = finish_reason is not None
     delta = choice.get("delta")
     if type(delta) is not dict:
         return None
@@ -164,7 +210,7 @@ def _appended(chunk: Any) -> _Appended | None:
     if not all(key in TEXT_FIELDS and (text is None or type(text) is str) for key, text in texts.items()):
         return None
     if "tool_calls" not in delta:
-        return _Appended(texts)
+        return _Appended(texts, finishes=finishes)
     calls = delta["tool_calls"]
     if type(calls) is not list or len(calls) != 1 or type(calls[0]) is not dict or calls[0].keys() != {"index", "function"}:
         return None
@@ -172,7 +218,7 @@ def _appended(chunk: Any) -> _Appended | None:
     if type(index) is not int or type(function) is not dict or function.keys() != {"arguments"}:
         return None
     arguments = function["arguments"]
-    return _Appended(texts, index, arguments) if type(arguments) is str else None
+    return _Appended(texts, index, arguments, finishes) if type(arguments) is str else None
 
 
 def _is_strict(tool: Any) -> bool:
@@ -203,7 +249,13 @@ class _ChunkFeed:
 
     def run(self, run: Sequence[tuple[Mapping[str, Any], _Appended]], call_index: int | None) -> None:
         """Feed a run of appending chunks (arguments, if any, for call `call_index`): one by one until
-        the rest is joinable, then the rest as one chunk."""
+        the rest is joinable, then the rest as one chunk. A finish reason of a request with strict
+        tools is fed on its own (the SDK then parses their arguments, and for `length` raises an
+        error naming the usage so far)."""
+        if run and run[-1][1].finishes and self.strict_tools:
+            self.run(run[:-1], call_index)
+            self.one(run[-1][0])
+            return
         start = 0
         while len(run) - start > 1 and not self._joinable(call_index):
             self.one(run[start][0])
@@ -227,7 +279,10 @@ class _ChunkFeed:
         are parsed at every chunk, which may fail at a cut a joined chunk does not have), and every call
         so far has its name (see `_calls_are_named`). Rebuilding a
         message from its own dump gives the same message as long as every chunk so far fit the SDK's
-        types exactly (not claimed for broken streams: their chunks are all fed)."""
+        types exactly (not claimed for broken streams: their chunks are all fed). The last chunk may
+        carry the finish reason: the accumulator sets it after the same rebuild, then fires the "done"
+        events, which (no strict tools, no response format) set `parsed` and the current call's
+        `parsed_arguments` to None, whether or not texts came with that chunk."""
         if not (self.started and self.all_exact):
             return False
         if call_index is not None and (self.strict_tools or call_index != self.current_call):
@@ -274,4 +329,4 @@ def replay_responses(events: Sequence[Mapping[str, Any]], tools: Sequence[Any]) 
     final = state._completed_response  # what get_final_response() returns
     if final is None:
         raise RuntimeError("Didn't receive a `response.completed` event.")  # get_final_response()'s own words
-    return final.to_dict()
+    return _kept_alive(final).to_dict()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -73,7 +73,7 @@ class Transcript:
     def to_dict(self) -> dict[str, Any]:
         # Shallow on purpose: `dataclasses.asdict` deep-copies every request and SSE line (slow).
         data = dict(self.__dict__)
-        data["server"] = asdict(self.server)
+        data["server"] = dict(self.server.__dict__)  # its fields are strings and a tuple of strings
         data["sse"] = [{"data": line.data, "t": line.t} for line in self.sse]
         return data
 
@@ -97,14 +97,13 @@ class JsonLinesWriter:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file: IO[str] = path.open("w", encoding="utf-8")
+        self._file: IO[bytes] = path.open("wb")
 
     def write(self, record: dict[str, Any]) -> None:
         try:
-            line = json.dumps(record, ensure_ascii=False) + "\n"
-            line.encode("utf-8")
+            line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate a server sent (JSON allows "\ud800"): kept as its escape
-            line = json.dumps(record) + "\n"
+            line = (json.dumps(record) + "\n").encode("utf-8")
         self._file.write(line)
         self._file.flush()
 

@@ -302,3 +302,40 @@ def test_an_output_ending_in_its_stop_token_is_verified_with_one_question() -> N
     assert verify_forced_output(tokenizer, "<think>x", [1, 3, 9]) == [
         "the output is not the forced text: expected '<think>x', got '<think>y<|im_end|>'"]
     assert verify_forced_output(tokenizer, "<think>xy", [1, 2], truncated=True) == []  # a prefix was generated
+
+
+def test_side_requests_reuse_an_idle_thread_and_a_hung_one_holds_up_no_other() -> None:
+    import asyncio
+
+    from conformance.forcing import in_daemon_thread
+
+    release = threading.Event()
+
+    async def main() -> tuple[list[int], int, int]:
+        first = [await in_daemon_thread(5, threading.get_ident) for _ in range(3)]
+        hung = asyncio.ensure_future(in_daemon_thread(5, lambda: release.wait(5) and threading.get_ident()))
+        await asyncio.sleep(0.05)
+        beside = await in_daemon_thread(5, threading.get_ident)  # runs while the other one hangs
+        release.set()
+        return first, beside, await hung
+
+    first, beside, hung = asyncio.run(main())
+    assert len(set(first)) == 1 and first[0] != threading.get_ident()  # one thread, kept, not this one
+    assert hung == first[0] and beside != hung
+
+
+def test_a_side_request_past_its_timeout_is_abandoned_and_its_error_reaches_the_caller() -> None:
+    import asyncio
+
+    from conformance.forcing import in_daemon_thread
+
+    def refuse() -> None:
+        raise ServerRefused("no")
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            await in_daemon_thread(0.05, lambda: threading.Event().wait(1))
+        with pytest.raises(ServerRefused, match="no"):
+            await in_daemon_thread(5, refuse)
+
+    asyncio.run(main())

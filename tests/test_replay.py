@@ -111,8 +111,14 @@ call_head = st.integers(0, 2).map(lambda index: chat_chunk({"content": None, "to
     {"index": index, "id": f"call_{index}", "type": "function", "function": {"name": "get_weather"}}]}))
 tool_chunk = st.one_of(call_head, st.lists(tool_call, min_size=1, max_size=2).map(
     lambda calls: chat_chunk({"tool_calls": calls})))
-finish_chunk = st.sampled_from(["stop", "tool_calls", "length"]).map(lambda reason: {
-    **chat_chunk({}), "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]})
+# a finish reason, alone or with the last text or argument piece, vLLM's extras or a usage
+finish_chunk = st.builds(
+    lambda reason, appending, extras: {**appending, "choices": [{**appending["choices"][0], **extras,
+                                                                 "finish_reason": reason}]},
+    st.sampled_from(["stop", "tool_calls", "length", "content_filter"]),
+    st.one_of(st.just(chat_chunk({})), appending_chunk),
+    st.fixed_dictionaries({}, optional={"stop_reason": st.one_of(st.none(), st.integers(0, 500))}),
+)
 first_chunk = st.one_of(st.just(ROLE),
                         st.just({**chat_chunk({}), "choices": []}), chunk)
 stream = st.builds(lambda first, middle, tail: [first, *middle, *tail], first_chunk,
@@ -129,6 +135,8 @@ tools = st.sampled_from([[], [{"type": "function", "function": {"name": "get_wea
 # a call begun without a name: the next chunk's rebuild sets `name: None`, so the chunks after it are fed one by one
 @example([ROLE, chat_chunk({"tool_calls": [{"index": 0}]}), chat_chunk({"tool_calls": [{"index": 0, "function": {"arguments": ""}}]}),
           chat_chunk({})], [])  # fmt: skip
+# a finish reason of the wrong type (unhashable): the chunk is fed as it is
+@example([ROLE, {**chat_chunk(None), "choices": [{"index": 0, "delta": {}, "finish_reason": []}]}], [])
 # no choice yet: the first text chunk creates it
 @example([{**ROLE, "choices": []}, chat_chunk({"content": "a"}), chat_chunk({"content": "b"})], [])
 def test_a_replay_ends_as_the_sdks_own_accumulator_ends(chunks: list[dict], tools: list[dict]) -> None:
@@ -152,10 +160,10 @@ def test_a_run_of_text_chunks_is_fed_as_one_and_nothing_else_is(monkeypatch: pyt
               chat_chunk({"content": "z"})]  # fmt: skip
     fed = fed_deltas(monkeypatch)
     replayed = replay_chat(chunks, [])
-    # role; the five text chunks as one; the call; the two empty chunks as one; the finish; after the
-    # finish reason every chunk on its own
+    # role; the five text chunks as one; the call; the two empty chunks and the finish as one; after
+    # the finish reason every chunk on its own
     assert fed == [{"role": "assistant", "content": ""}, {"reasoning": "abc", "content": "x"}, {"tool_calls": [call]},
-                   {}, {}, {"content": "y"}, {"content": "z"}]
+                   {}, {"content": "y"}, {"content": "z"}]
     assert replayed == sdk_replay(chunks, []) and replayed[0]["content"] == "xyz"
 
 
@@ -172,8 +180,9 @@ def test_argument_pieces_of_the_current_call_are_fed_as_one_unless_a_tool_is_str
               piece(0, "}"), head(1), piece(1, "{"), piece(1, "}"), chat_chunk({}, finish_reason="tool_calls")]
     fed = fed_deltas(monkeypatch)
     replayed = replay_chat(chunks, [])
+    # the finish reason ends the last call's run of pieces
     assert [delta.get("tool_calls", [{}])[0].get("function") for delta in fed] == [
-        None, {"name": "f"}, {"arguments": '{"a": 1}'}, {"name": "f"}, {"arguments": "{}"}, None]
+        None, {"name": "f"}, {"arguments": '{"a": 1}'}, {"name": "f"}, {"arguments": "{}"}]
     assert replayed == sdk_replay(chunks, [])
     assert [call["function"]["arguments"] for call in replayed[0]["tool_calls"]] == ['{"a": 1}', "{}"]
     strict = [{"type": "function", "function": {"name": "f", "parameters": {}, "strict": True}}]
@@ -241,3 +250,26 @@ def test_the_message_does_not_depend_on_where_the_stream_is_cut(reasoning, conte
     assert (message.reasoning, message.content) == (reasoning or None, content or None)
     assert [(call.name, json.loads(call.arguments)) for call in message.tool_calls] == [("get_weather", arguments)]
     assert checks.finding_client_replay(transcript, reading).outcome == "pass"
+
+
+def test_a_replay_after_a_garbage_collection_builds_no_model_class_anew(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK parametrizes its generic models (ParsedChatCompletion[ResponseFormatT], ...) for every
+    final completion and pydantic caches them weakly: a class the collector took is built again,
+    validation schema and all."""
+    import gc
+
+    from pydantic._internal import _generics
+
+    chunks = [ROLE, chat_chunk({"content": "hi"}), chat_chunk({}, finish_reason="stop")]
+    response = {"id": "r", "object": "response", "status": "completed", "output": [], "created_at": 0, "model": "m"}
+    events = [{"type": "response.created", "response": {**response, "status": "in_progress"}},
+              {"type": "response.completed", "response": response}]
+    replay_chat(chunks, [])
+    replay.replay_responses(events, [])
+    built = []
+    create = _generics.create_generic_submodel
+    monkeypatch.setattr(_generics, "create_generic_submodel", lambda *args: built.append(args[0]) or create(*args))
+    gc.collect()
+    assert replay_chat(chunks, [])[0]["content"] == "hi"
+    assert replay.replay_responses(events, [])["status"] == "completed"
+    assert built == []

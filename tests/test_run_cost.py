@@ -68,3 +68,17 @@ def test_a_run_digests_its_cases_once_for_both_headers(tmp_path: Path, monkeypat
     assert len(digests) == 1
     assert [header["file"] for header in headers] == ["transcripts", "results"]
     assert headers[0] == {**headers[1], "file": "transcripts"} and headers[0]["case_digest"] == digest(cases)
+
+
+def test_a_run_computes_a_cases_forcing_fields_once_for_both_modes(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from conformance.profiles import RegexForcing
+
+    asked = []
+    fields = RegexForcing.request_fields
+    monkeypatch.setattr(RegexForcing, "request_fields", lambda self, *args: asked.append(args[0]) or fields(self, *args))
+    forced = CASES_YAML.replace("  expect:", '  force: "x"\n  expect:')
+    with fake_server() as server:
+        cases = list(load_cases(tmp_path / "cases", forced).values())
+        output = engine.run(cases, Target(server.base_url, "fake", "hf", can_force=True), tmp_path / "out")
+    assert asked == ["x"] and [t.forced for t in output.transcripts] == [True, True]
