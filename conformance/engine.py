@@ -9,9 +9,11 @@ judges a recorded transcripts file again with no server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import gc
 import sys
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -388,6 +390,18 @@ async def run_async(
     return RunOutput(results, summarize(results), stamp, transcripts)
 
 
+@contextlib.contextmanager
+def long_lived_objects_frozen() -> Iterator[None]:
+    """Keep what existed before the run (imported modules, SDK classes: most of the heap) out of the
+    cyclic garbage collector's full collections while the run lasts: one full pass over that heap cost
+    about 0.16 s of CPU, every other run of the default set. `gc.unfreeze` hands it all back after."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def run(cases: Sequence[Any], target: Target, out_dir: Path | None, **options: Any) -> RunOutput:
     """Synchronous entry point (see `run_async` for the options)."""
     outputs: list[RunOutput] = []
@@ -395,7 +409,8 @@ def run(cases: Sequence[Any], target: Target, out_dir: Path | None, **options: A
     async def main() -> None:  # not returned by the task: asyncio.run (3.11) formats a whole repr of it
         outputs.append(await run_async(cases, target, out_dir, **options))
 
-    asyncio.run(main())
+    with long_lived_objects_frozen():
+        asyncio.run(main())
     return outputs[0]
 
 

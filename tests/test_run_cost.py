@@ -82,3 +82,26 @@ def test_a_run_computes_a_cases_forcing_fields_once_for_both_modes(tmp_path: Pat
         cases = list(load_cases(tmp_path / "cases", forced).values())
         output = engine.run(cases, Target(server.base_url, "fake", "hf", can_force=True), tmp_path / "out")
     assert asked == ["x"] and [t.forced for t in output.transcripts] == [True, True]
+
+
+def test_a_run_keeps_what_existed_before_it_out_of_full_collections_and_hands_it_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heap the run found (modules, SDK classes) is frozen while it lasts: the cyclic collector's
+    full passes then scan only the run's own objects; afterwards nothing stays frozen."""
+    import gc
+
+    frozen_during = []
+    real_run_async = engine.run_async
+
+    async def observed(*args, **kwargs):
+        frozen_during.append(gc.get_freeze_count())
+        return await real_run_async(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "run_async", observed)
+    before = gc.get_freeze_count()
+    with fake_server() as server:
+        cases = list(load_cases(tmp_path / "cases", CASES_YAML).values())
+        output = engine.run(cases, Target(server.base_url, "fake", "hf"), tmp_path / "out")
+    assert len(output.results) == 2 and output.summary.counts["pass"] == 2
+    assert frozen_during and frozen_during[0] > 10_000  # the imported libraries' objects, at least
+    assert gc.get_freeze_count() == before
