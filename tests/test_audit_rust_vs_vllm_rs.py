@@ -63,20 +63,15 @@ def observed(engine: str | None, status: int, message: str | None, forwards_reas
     return RustVerdict("starts_but_refuses_requests", SUBMIT_PREFIX + message, 500)
 
 
-@pytest.fixture(scope="module")
-def render(tmp_path_factory: pytest.TempPathFactory) -> RenderFrontend:
-    base = build_fixture(tmp_path_factory.mktemp("tiny") / "full")
-    return RenderFrontend(ensure_binary("0.32.0"), base, tmp_path_factory.mktemp("render"))
-
-
-def test_corpus_prediction_equals_the_rust_frontend(render: RenderFrontend) -> None:
-    """Per template: the verdict, and the frontend's own answer even where the engine stops the server
-    first (so the frontend's rules are compared on every template)."""
+def assert_corpus_agrees(render: RenderFrontend, release: str, engine_error) -> None:
+    """For every corpus template with `both` flags: the audit's `release` verdict (e.g. "vllm_0_32_rust")
+    equals what the binary's `vllm-rs render` and `engine_error(case_id, tokenizer_config)` (the managed
+    engine's refusal, None: accepted) make of it, the frontend's message included."""
     disagreements, outcomes = {}, set()
     for case_id, tokenizer_config in CORPUS:
         status, message = render.answer(tokenizer_config, FLAGS["both"])
-        predicted = analyze_template_unbounded(tokenizer_config).vllm_0_32_rust["both"]
-        actual = observed(engine_refusal(tokenizer_config), status, message, True)
+        predicted = getattr(analyze_template_unbounded(tokenizer_config), release)["both"]
+        actual = observed(engine_error(case_id, tokenizer_config), status, message, True)
         frontend = frontend_template_error(tokenizer_config.get("response_template"))
         outcomes.add(actual.outcome)
         if predicted != actual or (frontend and UNIFIED_PREFIX + frontend) != message:
@@ -86,6 +81,18 @@ def test_corpus_prediction_equals_the_rust_frontend(render: RenderFrontend) -> N
                                          indent=1)
     assert outcomes == {"starts", "refuses_to_start", "starts_but_refuses_requests"}
     assert len(CORPUS) > 500
+
+
+@pytest.fixture(scope="module")
+def render(tmp_path_factory: pytest.TempPathFactory) -> RenderFrontend:
+    base = build_fixture(tmp_path_factory.mktemp("tiny") / "full")
+    return RenderFrontend(ensure_binary("0.32.0"), base, tmp_path_factory.mktemp("render"))
+
+
+def test_corpus_prediction_equals_the_rust_frontend(render: RenderFrontend) -> None:
+    """Per template: the verdict, and the frontend's own answer even where the engine stops the server
+    first (so the frontend's rules are compared on every template)."""
+    assert_corpus_agrees(render, "vllm_0_32_rust", lambda _, tokenizer_config: engine_refusal(tokenizer_config))
 
 
 @pytest.mark.parametrize("configuration", ["tool_call_parser_hf", "reasoning_parser_hf"])

@@ -21,7 +21,7 @@ from conformance.fixture import build_fixture
 from conformance.runtimes.vllm_033 import rust_frontend_binary
 from conformance.template import analyze_template_unbounded
 from tests.audit_helpers import QWEN3_STYLE, mutation_corpus
-from tests.test_audit_rust_vs_vllm_rs import FLAGS, PATTERN_PIECES, observed
+from tests.test_audit_rust_vs_vllm_rs import FLAGS, PATTERN_PIECES, assert_corpus_agrees, observed
 from tests.vllm_decides import ENGINE, overlay_worker
 from tests.vllm_rs_render import RenderFrontend
 
@@ -48,20 +48,7 @@ def engine() -> dict[str, str | None]:
 
 
 def test_corpus_prediction_equals_the_033_rust_frontend(render: RenderFrontend, engine: dict) -> None:
-    disagreements, outcomes = {}, set()
-    for case_id, tokenizer_config in CORPUS:
-        status, message = render.answer(tokenizer_config, FLAGS["both"])
-        predicted = analyze_template_unbounded(tokenizer_config).vllm_0_33_rust["both"]
-        actual = observed(engine[case_id], status, message, True)
-        frontend = frontend_template_error(tokenizer_config.get("response_template"))
-        outcomes.add(actual.outcome)
-        if predicted != actual or (frontend and UNIFIED_PREFIX + frontend) != message:
-            disagreements[case_id] = {"predicted": predicted, "vllm-rs 0.33": actual, "frontend": frontend,
-                                      "render": message}
-    assert not disagreements, json.dumps({k: {s: str(v) for s, v in d.items()} for k, d in disagreements.items()},
-                                         indent=1)
-    assert outcomes == {"starts", "refuses_to_start", "starts_but_refuses_requests"}
-    assert len(CORPUS) > 500
+    assert_corpus_agrees(render, "vllm_0_33_rust", lambda case_id, _: engine[case_id])
 
 
 @pytest.mark.parametrize("configuration", ["tool_call_parser_hf", "reasoning_parser_hf"])
