@@ -96,7 +96,7 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
                 profile=side.profile, api_key=api_key, timeout=timeout, **forcing,
                 version=server.version if server else None, args=tuple(server.args) if server else (),
                 checkpoint_revision=side.checkpoint_revision if server else None,
-                build=server.profile.build_note if server else None, fixture_variant=side.fixture_variant,
+                build=server.build_note if server else None, fixture_variant=side.fixture_variant,
             )  # fmt: skip
             local = server is not None and side.checkpoint is not None and Path(side.checkpoint).is_dir()  # else a repo id
             runs.append(SideRun(side, target, markers_for_checkpoint(Path(side.checkpoint) if local else None),

@@ -289,8 +289,10 @@ class Profile:
 
     @property
     def build_note(self) -> str | None:
-        """What the report stamp says about how the launched server was built, when its runtime
-        assembles something no one ships (None: nothing to say)."""
+        """What the report stamp says about how the launched server was built when its runtime
+        assembles something no one ships (None: nothing to say). The stamp takes the launched
+        server's own note (`Server.build_note`): a runtime that finds the release installed as
+        shipped (vLLM 0.33 on a GPU machine, via `--python`) has none."""
         return getattr(self.runtime, "build_note", None)
 
     @property

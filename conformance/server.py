@@ -69,6 +69,7 @@ class Server:
     pid: int
     startup_seconds: float
     process: subprocess.Popen = field(repr=False, compare=False)
+    build_note: str | None = None  # how it was assembled, when no one ships that (its runtime's resolution)
 
     @property
     def root_url(self) -> str:
@@ -88,6 +89,14 @@ def server_command(
     profile: Profile, model: str | Path, port: int, extra_args: Sequence[str] = (), python: str | Path | None = None
 ) -> tuple[list[str], dict[str, str]]:
     """(the full command line that `launch` runs, its environment)."""
+    command, env, _ = _assemble(profile, model, port, extra_args, python)
+    return command, env
+
+
+def _assemble(
+    profile: Profile, model: str | Path, port: int, extra_args: Sequence[str], python: str | Path | None
+) -> tuple[list[str], dict[str, str], str | None]:
+    """The command line, its environment and the runtime's build note (None: a shipped release)."""
     spec = _launch_of(profile)
     resolved = spec.runtime.resolve(python)
     values = {**resolved.placeholders, "model": str(model), "host": "127.0.0.1", "port": str(port)}
@@ -96,7 +105,8 @@ def server_command(
     except KeyError as missing:
         raise ValueError(f"profile {profile.name!r}: its command names {missing}, which its runtime does not "
                          f"provide (it provides: {', '.join(sorted(values))})") from None
-    return [*command, *spec.flags, *spec.common_flags, *extra_args], {**spec.env, **os.environ, **resolved.env}
+    return ([*command, *spec.flags, *spec.common_flags, *extra_args], {**spec.env, **os.environ, **resolved.env},
+            resolved.build_note)
 
 
 def _launch_of(profile: Profile) -> Launch:
@@ -115,8 +125,9 @@ class ServerProcess:
     """A started server process that may not be healthy yet (see `start`)."""
 
     def __init__(self, profile: Profile, command: list[str], env: dict[str, str], root_url: str,
-                 log_path: Path, model: str = "unknown") -> None:
+                 log_path: Path, model: str = "unknown", build_note: str | None = None) -> None:
         self.profile = profile
+        self.build_note = build_note
         self.command = command
         self.model = model  # what it was started on: its name for a server that names it nowhere else
         self.root_url = root_url
@@ -178,6 +189,7 @@ class ServerProcess:
             pid=self.process.pid,
             startup_seconds=time.monotonic() - self.started,
             process=self.process,
+            build_note=self.build_note,
         )
 
     def _server_error(self) -> str | None:
@@ -236,12 +248,12 @@ def start(
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{_launch_of(profile).log_prefix}-{profile.name}-{port}.log"
     try:
-        command, env = server_command(profile, model, port, extra_args, python)
+        command, env, build_note = _assemble(profile, model, port, extra_args, python)
     except SetupError as error:  # the runtime's set-up (a download, a virtual environment) failed
         raise ServerStartError(f"cannot set up the {profile.name} server: {error}", server_error=str(error),
                                log_path=log_path) from error
     return ServerProcess(profile, command, env, root_url=f"http://127.0.0.1:{port}", log_path=log_path,
-                         model=str(model))
+                         model=str(model), build_note=build_note)
 
 
 @contextlib.contextmanager

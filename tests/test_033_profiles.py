@@ -28,7 +28,7 @@ FORCED = '<think>\nplan\n</think>\n\n<tool_call>\n{"name": "get_weather", "argum
 def _run_case_set(server: Server, profile: str, tmp_path):
     assert server.version == "0.33.0"
     target = Target(base_url=server.base_url, model=server.model, profile=profile, version=server.version,
-                    build=server.profile.build_note)
+                    build=server.build_note)
     output = run(load_suite(), target, tmp_path)
     not_passed = [(r.case_id, r.mode, r.outcome, r.skip_kind, r.reason) for r in output.results
                   if r.outcome != "pass" and not (r.outcome == "skip" and r.skip_allowed and r.skip_kind)]

@@ -19,7 +19,7 @@ from conformance.server import Server, ServerProcess, ServerStartError
 def test_the_default_case_set_passes_on_hf_033(hf_033_server: Server, tmp_path) -> None:
     assert hf_033_server.version == "0.33.0"
     target = Target(base_url=hf_033_server.base_url, model=hf_033_server.model, profile="hf-0.33",
-                    version=hf_033_server.version, build=hf_033_server.profile.build_note)
+                    version=hf_033_server.version, build=hf_033_server.build_note)
     output = run(load_suite(), target, tmp_path)
     not_passed = [(r.case_id, r.mode, r.outcome, r.skip_kind, r.reason) for r in output.results
                   if r.outcome != "pass" and not (r.outcome == "skip" and r.skip_allowed and r.skip_kind)]

@@ -16,8 +16,10 @@ import pytest
 from conformance.profiles import PROFILES
 from conformance.report.markdown import render
 from conformance.report.stamp import make_stamp
-from conformance.runtimes import SetupError
-from conformance.runtimes.vllm_033 import KERNEL_LIBRARIES, MARKER_FILE, VllmCpuOverlay, ensure_overlay, overlay_path
+from conformance.runtimes import Resolved, SetupError
+from conformance.runtimes.vllm_033 import (
+    KERNEL_LIBRARIES, MARKER_FILE, VllmCpuOverlay, VllmRustOverlay, ensure_overlay, overlay_path,
+)
 from conformance.server import ServerStartError, launch
 from tests.test_server import assert_all_gone, fake_python, wait_for_pids  # noqa: F401 (a fixture)
 
@@ -115,3 +117,29 @@ def test_only_a_record_that_builds_an_unshipped_combination_says_so_in_the_stamp
     built = render([], make_stamp({**server, "build": PROFILES["hf-0.33"].build_note}))
     assert "not a shipped combination" in built and "server build" in built
     assert "server build" not in render([], make_stamp(server))
+
+
+def test_an_interpreter_with_the_release_installed_as_shipped_runs_as_it_is(tmp_path: Path, monkeypatch) -> None:
+    """A GPU machine's plain `vllm==0.33.0` (given with --python; here a stand-in package first on the
+    path): no overlay is built, the stamp gets no note, the Rust frontend is that package's own binary."""
+    site = tmp_path / "site"
+    (site / "vllm").mkdir(parents=True)
+    (site / "vllm" / "__init__.py").write_text("")
+    binary = site / "vllm" / "vllm-rs"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    (site / "vllm-0.33.0.dist-info").mkdir()
+    (site / "vllm-0.33.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.33.0\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("CONFORMANCE_CACHE", str(tmp_path / "cache"))  # nothing may be built there
+    assert VllmCpuOverlay("0.33.0").resolve(None) == Resolved({"python": sys.executable})
+    rust = VllmRustOverlay("0.33.0").resolve(None)
+    assert (rust.placeholders["binary"], rust.build_note, "PYTHONPATH" in rust.env) == (str(binary), None, False)
+    assert not (tmp_path / "cache").exists()
+    binary.chmod(0o644)
+    with pytest.raises(SetupError, match="not executable"):
+        VllmRustOverlay("0.33.0").resolve(None)
+
+
+def test_the_overlay_resolution_carries_the_note_the_stamp_prints(local_index: Path) -> None:
+    assert VllmCpuOverlay("0.33.0").resolve(None).build_note == PROFILES["hf-0.33"].build_note

@@ -233,7 +233,7 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
                 base_url=server.base_url, model=server.model, profile=args.profile or server.profile.name,
                 api_key=args.api_key, timeout=args.timeout, **forcing_fields(args.forcing), version=server.version,
                 args=tuple(server.args), checkpoint_revision=args.checkpoint_revision or _directory_digest(checkpoint),
-                build=server.profile.build_note,
+                build=server.build_note,
                 max_line_bytes=args.max_line_bytes, fixture_variant=variant,
             ), markers_for_checkpoint(checkpoint)  # fmt: skip
     except ServerStartError as exc:

@@ -73,6 +73,7 @@ class Resolved:
 
     placeholders: Mapping[str, str]
     env: Mapping[str, str] = field(default_factory=dict)
+    build_note: str | None = None  # how the server was assembled when that is no release anyone ships (report stamps)
 
 
 class Runtime(Protocol):

@@ -9,8 +9,9 @@ libraries (`KERNEL_LIBRARIES`) copied in from the engine interpreter's installed
 the overlay and its sibling first on the server's PYTHONPATH, so the caller's virtual environment
 (vLLM 0.32, torch 2.13 CPU) is never changed. This combination is no release anyone ships
 (`build_note` says so in every report stamp). On a machine with a GPU the real thing is plain
-`pip install vllm==0.33.0` in an interpreter of its own (`CurrentInterpreter` / `--python`); this
-module does not build that.
+`pip install vllm==0.33.0` in an interpreter of its own, given with `--python`: an interpreter whose
+installed `vllm` distribution is the release itself (not a `+cpu` build) runs as it is, with no overlay
+and no note in the stamp (its Rust frontend: the `vllm/vllm-rs` of that installed package).
 
 The same wheel carries 0.33's Rust frontend, `vllm/vllm-rs`: `rust_frontend_binary` makes the
 overlay's copy executable (zip extraction drops the exec bit) and returns it. It has to be that
@@ -52,6 +53,18 @@ def overlay_path(release: str, cache: Path | None = None) -> Path:
 
 def _is_complete(overlay: Path) -> bool:
     return (overlay / MARKER_FILE).is_file()
+
+
+def installed_release(python: str) -> str | None:
+    """The version of the `vllm` distribution the interpreter `python` has installed (None: none)."""
+    probe = "import importlib.metadata as m; print(m.version('vllm'))"
+    try:
+        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SetupError(f"cannot ask {python} which vllm it has installed: {error}") from None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
 
 
 def installed_kernels(python: str) -> Path:
@@ -123,10 +136,13 @@ class VllmCpuOverlay:
 
     def resolve(self, python: str | Path | None) -> Resolved:
         interpreter = str(python or sys.executable)
+        if installed_release(interpreter) == self.release:  # the release as shipped (e.g. a GPU machine's)
+            return Resolved({"python": interpreter})
         overlay = ensure_overlay(self.release, interpreter,
                                  announce=lambda line: print(line, file=sys.stderr, flush=True))
         python_path = [str(overlay / "site"), str(overlay / "deps"), os.environ.get("PYTHONPATH", "")]
-        return Resolved({"python": interpreter}, {"PYTHONPATH": os.pathsep.join(part for part in python_path if part)})
+        return Resolved({"python": interpreter}, {"PYTHONPATH": os.pathsep.join(part for part in python_path if part)},
+                        build_note=self.build_note)
 
 
 def rust_frontend_binary(release: str = "0.33.0", python: str | None = None, cache: Path | None = None,
@@ -157,6 +173,12 @@ class VllmRustOverlay:
     def resolve(self, python: str | Path | None) -> Resolved:
         engine = VllmCpuOverlay(self.release).resolve(python)
         interpreter = engine.placeholders["python"]
+        if engine.build_note is None:  # the release installed as shipped: its own binary
+            binary = installed_kernels(interpreter) / Path(BINARY_MEMBER).name
+            if not os.access(binary, os.X_OK):
+                raise SetupError(f"{binary} is missing or not executable: that vllm {self.release} install has no Rust frontend")
+            return Resolved({"binary": str(binary), "python": interpreter}, engine_path(interpreter))
         binary = rust_frontend_binary(self.release, interpreter,
                                       announce=lambda line: print(line, file=sys.stderr, flush=True))
-        return Resolved({"binary": str(binary), "python": interpreter}, {**engine.env, **engine_path(interpreter)})
+        return Resolved({"binary": str(binary), "python": interpreter}, {**engine.env, **engine_path(interpreter)},
+                        build_note=self.build_note)
