@@ -281,7 +281,7 @@ class _Parser:
         if character.isdigit():
             raise self.fail(start, self.position, "backreferences are not supported")
         if character in _ASSERTIONS:
-            if character == "b" and not in_class and self.peek() == "{":
+            if character == "b" and self.peek() == "{":  # inside a class too: `[\b{start}` is unclosed
                 self._special_word_boundary(start)
             return ("assertion",) if in_class else ("empty",)
         raise self.fail(start, self.position, "unrecognized escape sequence")

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conformance import server
@@ -116,9 +116,16 @@ PATTERN_PIECES = [
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pieces=st.lists(st.sampled_from(PATTERN_PIECES), min_size=1, max_size=6), anchor=st.sampled_from(["open", "close"]))
+@example(pieces=["[", "\\b{start}"], anchor="open")  # found: inside a class too, \b{start} is one escape (unclosed)
 def test_generated_delimiter_patterns_equal_the_rust_frontend(render: RenderFrontend, pieces: list[str],
                                                               anchor: str) -> None:
     """The frontend's verdict on delimiter patterns the corpus did not think of, message for message."""
+    assert_pattern_agrees(render, pieces, anchor)
+
+
+def assert_pattern_agrees(render: RenderFrontend, pieces: list[str], anchor: str) -> None:
+    """The thinking field's `anchor` given as the pattern `pieces` make: the binary's `vllm-rs render`
+    answers with the audit's frontend message (none: it accepts)."""
     template = json.loads(json.dumps(QWEN3_STYLE))
     template["fields"]["thinking"] = {"open": "<think>", "close": "</think>"}
     del template["fields"]["thinking"][anchor]

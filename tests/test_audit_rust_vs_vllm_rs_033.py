@@ -10,24 +10,20 @@ corpus in one batch in a worker over the overlay (tests/vllm_decides.py). The fr
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance.audit_rust import UNIFIED_PREFIX, frontend_template_error
 from conformance.fixture import build_fixture
 from conformance.runtimes.vllm_033 import rust_frontend_binary
 from conformance.template import analyze_template_unbounded
-from tests.audit_helpers import QWEN3_STYLE, mutation_corpus
-from tests.test_audit_rust_vs_vllm_rs import FLAGS, PATTERN_PIECES, assert_corpus_agrees, observed
+from tests.test_audit_rust_vs_vllm_rs import (
+    CORPUS, FLAGS, PATTERN_PIECES, assert_corpus_agrees, assert_pattern_agrees, observed,
+)
 from tests.vllm_decides import ENGINE, overlay_worker
 from tests.vllm_rs_render import RenderFrontend
 
 pytestmark = pytest.mark.vllm
-
-CORPUS = mutation_corpus()
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +59,4 @@ def test_one_hf_flag_is_judged_as_on_033(render: RenderFrontend, engine: dict, c
 @given(pieces=st.lists(st.sampled_from(PATTERN_PIECES), min_size=1, max_size=6), anchor=st.sampled_from(["open", "close"]))
 def test_generated_delimiter_patterns_equal_the_033_rust_frontend(render: RenderFrontend, pieces: list[str],
                                                                   anchor: str) -> None:
-    template = json.loads(json.dumps(QWEN3_STYLE))
-    template["fields"]["thinking"] = {"open": "<think>", "close": "</think>"}
-    del template["fields"]["thinking"][anchor]
-    template["fields"]["thinking"][f"{anchor}_pattern"] = "".join(pieces)
-    _, message = render.answer({"response_template": template}, FLAGS["both"])
-    frontend = frontend_template_error(template)
-    assert (frontend and UNIFIED_PREFIX + frontend) == message
+    assert_pattern_agrees(render, pieces, anchor)
