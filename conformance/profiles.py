@@ -68,9 +68,12 @@ class ForcingMethod(Protocol):
     tokenizer of the run (vLLM: the server's own, `ServerTokenizer`) that `verify` checks a forced
     answer with: its problems (empty: exact), None when it cannot be verified.
     `forced_text` reads the raw text back out of a recorded request (for reports; None: not forced).
+    `fields_ask_tokenizer`: whether `request_fields` asks the tokenizer (a request, a file to load),
+    so that the engine calls it in a side thread within the run's timeout; else it is called inline.
     """
 
     request_keys: tuple[str, ...]
+    fields_ask_tokenizer: bool
 
     def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]: ...
 
@@ -89,6 +92,7 @@ class RegexForcing:
     returned and verified through the server's /tokenize and /detokenize."""
 
     request_keys = FORCED_REQUEST_KEYS
+    fields_ask_tokenizer = False  # the regex is the text escaped
 
     def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
         return forcing_extra_body(raw_text)
@@ -117,6 +121,7 @@ class TokenGrammarForcing:
     the grammar's first line, a comment; the returned ids are verified as for RegexForcing."""
 
     request_keys = FORCED_REQUEST_KEYS
+    fields_ask_tokenizer = True  # the server's /tokenize
 
     def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
         return token_grammar_body(raw_text, server_tokens(tokenizer, raw_text))
@@ -142,6 +147,7 @@ class NoForcing:
 
     reason: str
     request_keys = ()
+    fields_ask_tokenizer = False  # refuses at once
 
     def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
         raise ForcingUnsupported(self.reason)
@@ -166,6 +172,7 @@ class SequenceBiasForcing:
     `usage` (prompt and completion token counts), as `conformance.sequence_bias` explains."""
 
     request_keys = ("generation_config",)
+    fields_ask_tokenizer = True  # the checkpoint's tokenizer, loaded at first use
 
     def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
         from conformance.sequence_bias import generation_config_field

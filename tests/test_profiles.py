@@ -174,6 +174,7 @@ class FieldForcing:
 
     probes: list = field(default_factory=list, compare=False)
     request_keys = ("force_text",)
+    fields_ask_tokenizer = False
 
     def request_fields(self, raw_text, request, tokenizer):
         return {"force_text": raw_text}

@@ -84,24 +84,51 @@ def test_a_run_computes_a_cases_forcing_fields_once_for_both_modes(tmp_path: Pat
     assert asked == ["x"] and [t.forced for t in output.transcripts] == [True, True]
 
 
+def test_forcing_fields_that_ask_no_tokenizer_are_made_inline_and_the_others_in_a_side_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A regex is the forced text escaped: handing that to a side thread (and back) cost more than
+    making it. A method that asks its tokenizer (a request, a file to load) still runs in one, within
+    the run's timeout."""
+    import threading
+
+    from conformance import profiles
+
+    made_in = []
+    fields = profiles.RegexForcing.request_fields
+    monkeypatch.setattr(profiles.RegexForcing, "request_fields",
+                        lambda self, *args: made_in.append(threading.current_thread().name) or fields(self, *args))
+    forced = CASES_YAML.replace("  expect:", '  force: "x"\n  expect:')
+    cases = list(load_cases(tmp_path / "cases", forced).values())
+    for asks in (False, True):
+        monkeypatch.setattr(profiles.RegexForcing, "fields_ask_tokenizer", asks)
+        with fake_server() as server:
+            output = engine.run(cases, Target(server.base_url, "fake", "hf", can_force=True), None)
+        assert [t.forced for t in output.transcripts] == [True, True]
+    assert made_in == [threading.main_thread().name, "side-request"]
+
+
 def test_a_run_keeps_what_existed_before_it_out_of_full_collections_and_hands_it_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The heap the run found (modules, SDK classes) is frozen while it lasts: the cyclic collector's
-    full passes then scan only the run's own objects; afterwards nothing stays frozen."""
+    full passes then scan only the run's own objects; its young generation is collected less often.
+    Afterwards nothing stays frozen and the thresholds are the caller's again."""
     import gc
 
-    frozen_during = []
+    during = []
     real_run_async = engine.run_async
 
     async def observed(*args, **kwargs):
-        frozen_during.append(gc.get_freeze_count())
+        during.append((gc.get_freeze_count(), gc.get_threshold()))
         return await real_run_async(*args, **kwargs)
 
     monkeypatch.setattr(engine, "run_async", observed)
-    before = gc.get_freeze_count()
+    before, thresholds = gc.get_freeze_count(), gc.get_threshold()
     with fake_server() as server:
         cases = list(load_cases(tmp_path / "cases", CASES_YAML).values())
         output = engine.run(cases, Target(server.base_url, "fake", "hf"), tmp_path / "out")
     assert len(output.results) == 2 and output.summary.counts["pass"] == 2
-    assert frozen_during and frozen_during[0] > 10_000  # the imported libraries' objects, at least
-    assert gc.get_freeze_count() == before
+    (frozen, thresholds_during), = during
+    assert frozen > 10_000  # the imported libraries' objects, at least
+    assert thresholds_during == (max(thresholds[0], engine.RUN_YOUNG_THRESHOLD), *thresholds[1:])
+    assert thresholds_during[0] > 700  # CPython's default
+    assert gc.get_freeze_count() == before and gc.get_threshold() == thresholds

@@ -40,18 +40,24 @@ SEVERITY = {"error": 0, "fail": 1, "skip": 2, "pass": 3}
 
 
 _ONE_LINE = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode  # the C encoder
+_CONTAINERS = frozenset({dict, list, tuple})  # the types of JSON values the page lays out over lines
+_STRING = json.encoder.encode_basestring  # what _ONE_LINE does with a str, without the method call around it
 
 
 def _json(value: Any, depth: int = 0) -> str:
     """JSON indented by 2 as json.dumps(indent=2) lays it out, except that a list of plain values
     (token ids, enums) stays on one line. Built from the C encoder's one-line pieces: json.dumps
     with an indent runs the pure-Python encoder, which was most of the HTML report's cost."""
-    inner, outer = "  " * (depth + 1), "  " * depth
+    if type(value) is str:  # most values: the common case first
+        return _STRING(value)
     if isinstance(value, dict) and value:
-        items = (f"{inner}{_ONE_LINE(_json_key(key))}: {_json(item, depth + 1)}" for key, item in value.items())
-        return "{\n" + ",\n".join(items) + "\n" + outer + "}"
-    if isinstance(value, (list, tuple)) and any(isinstance(item, (dict, list, tuple)) for item in value):
-        return "[\n" + ",\n".join(inner + _json(item, depth + 1) for item in value) + "\n" + outer + "]"
+        inner = "  " * (depth + 1)
+        items = [f"{inner}{_STRING(key) if type(key) is str else _ONE_LINE(_json_key(key))}: {_json(item, depth + 1)}"
+                 for key, item in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + "  " * depth + "}"
+    if isinstance(value, (list, tuple)) and not _CONTAINERS.isdisjoint(map(type, value)):  # (C loops: token ids)
+        inner = "  " * (depth + 1)
+        return "[\n" + ",\n".join([inner + _json(item, depth + 1) for item in value]) + "\n" + "  " * depth + "]"
     return _ONE_LINE(value)
 
 
