@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import http.client
 import io
 import json
@@ -166,36 +167,61 @@ def token_ids_of_stream(chunks: Iterable[dict], choice: int = 0) -> list[int] | 
     for chunk in chunks:
         for entry in chunk.get("choices") or []:
             if entry.get("index", 0) == choice and entry.get("token_ids") is not None:
-                collected = (collected or []) + list(entry["token_ids"])
+                if collected is None:
+                    collected = []
+                collected.extend(entry["token_ids"])  # in place: a copy per chunk was quadratic in the stream's length
     return collected
 
 
 class ServerTokenizer:
     """A server's own tokenizer through its `/tokenize` and `/detokenize` endpoints (vLLM's), every
     answer remembered: within a run each marker is asked for once, and answers that came back with
-    the same token ids (the stream and non-stream of one case, usually) are decoded once.
-    Requests go over kept-alive connections (`close()` ends them). Safe to share between threads
-    (a race only asks twice)."""
+    the same token ids (the stream and non-stream of one case, usually) are decoded once, also when
+    two threads ask at the same time (the second waits for the first one's answer or error).
+    Requests go over kept-alive connections (`close()` ends them). Safe to share between threads."""
 
     def __init__(self, root_url: str, model: str, api_key: str | None = None, timeout: float = 60) -> None:
         self.root_url, self.model, self.api_key, self.timeout = root_url, model, api_key, timeout
-        self._token_ids: dict[str, list[int]] = {}
-        self._texts: dict[tuple[int, ...], str] = {}
+        self._answers: dict[tuple[str, Any], Any] = {}  # (path, text or ids) -> the answer's value
+        self._asking: dict[tuple[str, Any], concurrent.futures.Future] = {}  # asked, no answer yet
+        self._lock = threading.Lock()
         self._connections = _KeptAlive(root_url, timeout, api_key)
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of `text` (no special tokens added)."""
-        if text not in self._token_ids:
-            body = {"model": self.model, "prompt": text, "add_special_tokens": False}
-            self._token_ids[text] = list(self._endpoint("/tokenize", body)["tokens"])
-        return self._token_ids[text]
+        body = {"model": self.model, "prompt": text, "add_special_tokens": False}
+        return list(self._answer(("/tokenize", text), body, "tokens"))
 
     def detokenize(self, token_ids: Sequence[int]) -> str:
         """Text of `token_ids`."""
         key = tuple(token_ids)
-        if key not in self._texts:
-            self._texts[key] = self._endpoint("/detokenize", {"model": self.model, "tokens": list(key)})["prompt"]
-        return self._texts[key]
+        return self._answer(("/detokenize", key), {"model": self.model, "tokens": list(key)}, "prompt")
+
+    def _answer(self, key: tuple[str, Any], body: dict, field: str) -> Any:
+        """The `field` of the server's answer to `body` at path key[0], asked at most once per key."""
+        with self._lock:
+            if key in self._answers:
+                return self._answers[key]
+            asking = self._asking.get(key)
+            if asking is None:
+                asking = self._asking[key] = concurrent.futures.Future()
+                mine = True
+            else:
+                mine = False
+        if not mine:  # another thread asks: its answer (or its error), within that request's own timeout
+            return asking.result()
+        try:
+            value = self._endpoint(key[0], body)[field]
+        except BaseException as exc:
+            with self._lock:
+                del self._asking[key]
+            asking.set_exception(exc)
+            raise
+        with self._lock:
+            self._answers[key] = value
+            del self._asking[key]
+        asking.set_result(value)
+        return value
 
     def close(self) -> None:
         self._connections.close()

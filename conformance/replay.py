@@ -19,10 +19,8 @@ Two shortcuts keep this cheap, each held equal to the SDK's own way by tests/tes
 from __future__ import annotations
 
 import functools
-import types
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 # The delta fields a text-only chunk may carry: content, and vLLM's reasoning fields.
@@ -176,9 +174,9 @@ def _kept_alive(final: Any) -> Any:
     return final
 
 
-@dataclass(frozen=True)
-class _Appended:
-    """What a chunk that only appends to choice 0 appends: text to text fields, arguments to one call."""
+class _Appended(typing.NamedTuple):
+    """What a chunk that only appends to choice 0 appends: text to text fields, arguments to one call.
+    (A tuple: one is made for nearly every chunk of a stream.)"""
 
     texts: Mapping[str, str | None]
     call_index: int | None = None
@@ -186,11 +184,15 @@ class _Appended:
     finishes: bool = False  # the chunk also carries choice 0's finish reason
 
 
+_TEXT_TYPES = frozenset({str, type(None)})
+
+
 def _appended(chunk: Any) -> _Appended | None:
     """What a chunk appends when all it carries for choice 0 is text (strings or null), at most
     the next piece of one call's arguments and perhaps a finish reason the SDK knows (no role, id,
-    name, logprobs or moderation); None for any other chunk."""
-    if not isinstance(chunk, dict) or chunk.get("moderation") is not None:
+    name, logprobs or moderation); None for any other chunk. (Called for every chunk: the tests of
+    keys and value types are set operations.)"""
+    if type(chunk) is not dict or chunk.get("moderation") is not None:
         return None
     choices = chunk.get("choices")
     if type(choices) is not list or len(choices) != 1:
@@ -206,11 +208,13 @@ def _appended(chunk: Any) -> _Appended | None:
     delta = choice.get("delta")
     if type(delta) is not dict:
         return None
-    texts = {key: text for key, text in delta.items() if key != "tool_calls"}
-    if not all(key in TEXT_FIELDS and (text is None or type(text) is str) for key, text in texts.items()):
-        return None
     if "tool_calls" not in delta:
-        return _Appended(texts, finishes=finishes)
+        if delta.keys() <= TEXT_FIELDS and _TEXT_TYPES.issuperset(map(type, delta.values())):
+            return _Appended(delta, None, None, finishes)
+        return None
+    texts = {key: text for key, text in delta.items() if key != "tool_calls"}
+    if not (texts.keys() <= TEXT_FIELDS and _TEXT_TYPES.issuperset(map(type, texts.values()))):
+        return None
     calls = delta["tool_calls"]
     if type(calls) is not list or len(calls) != 1 or type(calls[0]) is not dict or calls[0].keys() != {"index", "function"}:
         return None

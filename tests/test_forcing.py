@@ -6,6 +6,7 @@ import http.server
 import json
 import re
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -204,6 +205,47 @@ def test_the_tokenizer_asks_the_server_once_per_marker_and_once_per_answer(route
                                                                    "but its token 7 was emitted 0 time(s): the engine "
                                                                    "spelled it with other tokens"]
     assert hits == ["/tokenize", "/detokenize"]  # other ids are decoded; the marker is known
+
+
+def test_two_threads_asking_the_same_question_at_once_make_one_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream and non-stream of a case are verified at the same time in two side threads, with
+    the same ids: the second waits for the first one's answer (or error) instead of asking again."""
+    tokenizer = ServerTokenizer("http://127.0.0.1:9", "m")
+    asked, release = [], threading.Event()
+
+    def endpoint(path: str, body: dict) -> dict:
+        asked.append((path, tuple(body["tokens"])))
+        release.wait(10)
+        if body["tokens"] == [9]:
+            raise ServerRefused("/detokenize: HTTP 500: engine died")
+        return {"prompt": "x"}
+
+    monkeypatch.setattr(tokenizer, "_endpoint", endpoint)
+    for ids, expected in (([1, 2], "x"), ([9], ServerRefused)):
+        answers: list = []
+
+        def ask() -> None:
+            try:
+                answers.append(tokenizer.detokenize(ids))
+            except ServerRefused as exc:
+                answers.append(type(exc))
+
+        threads = [threading.Thread(target=ask) for _ in range(2)]
+        release.clear()
+        threads[0].start()
+        while not asked or asked[-1][1] != tuple(ids):
+            time.sleep(0.01)
+        threads[1].start()
+        time.sleep(0.2)  # the second thread asks while the first one's request is under way
+        release.set()
+        for thread in threads:
+            thread.join(10)
+        assert answers == [expected, expected]
+    assert asked == [("/detokenize", (1, 2)), ("/detokenize", (9,))]
+    assert tokenizer.detokenize([1, 2]) == "x" and len(asked) == 2  # remembered
+    with pytest.raises(ServerRefused):
+        tokenizer.detokenize([9])
+    assert len(asked) == 3  # an error is not: asked again
 
 
 class KeepAliveServer(FakeServer):
