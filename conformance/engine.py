@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from conformance.cases import MODES
 from conformance.checks import Check, judge, shape_failure, shape_problems, SkipKind
@@ -65,6 +65,9 @@ def request_count(cases: Sequence[Any], repeat: int = 1) -> int:
 def case_modes(case: Any) -> tuple[str, ...]:
     wanted = tuple(case.modes or MODES)
     return tuple(mode for mode in MODES if mode in wanted)  # non-stream first: the stream is judged against it
+
+
+Verified = TypeVar("Verified")
 
 
 class CheckpointError(Exception):
@@ -254,13 +257,13 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript
         return None
 
 
-async def _verify_within(timeout: float, verify: Callable[..., list[str] | None], *args: Any) -> list[str] | None:
-    """`verify(*args)` (a forcing method's), its requests (vLLM: /tokenize and /detokenize) within
-    `timeout` (else unverified)."""
+async def _verify_within(timeout: float, verify: Callable[[], Verified]) -> Verified | None:
+    """`verify()` (a forcing method's checks of forced answers, with their requests to its tokenizer:
+    vLLM's /tokenize and /detokenize) in a side thread within `timeout` (None: no answer in time, unverified)."""
     from conformance.forcing import in_daemon_thread
 
     try:
-        return await in_daemon_thread(timeout, verify, *args)
+        return await in_daemon_thread(timeout, verify)
     except TimeoutError:
         return None
 
@@ -349,24 +352,31 @@ async def run_async(
         async def one_request(case: Any, mode: str, repeat_index: int, forcing: dict[str, Any] | None,
                               not_sent: NotSent | None) -> Transcript:
             if not_sent:
-                transcript = _not_sent(case, target, mode, repeat_index, not_sent, forcing)
-            else:
-                async with semaphore:
-                    transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
-                                            repeat=repeat_index)
-                    if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
-                        transcript.forcing_problems = await _verify_within(target.timeout, method.verify, tokenizer(),
-                                                                           case, transcript, markers)
-            transcripts.append(transcript)
-            if writers:
-                writers[0].write(transcript.to_dict())
-            return transcript
+                return _not_sent(case, target, mode, repeat_index, not_sent, forcing)
+            async with semaphore:
+                return await send(clients, target, case, mode, forcing=forcing, natural=natural, repeat=repeat_index)
+
+        async def verify(case: Any, answers: list[Transcript]) -> None:
+            """Each forced answer's `forcing_problems`, all in one side-thread job: the stream's
+            questions to the tokenizer are mostly the non-stream's, answered by then."""
+            async with semaphore:
+                problems = await _verify_within(target.timeout, lambda: [method.verify(tokenizer(), case, answer, markers)
+                                                                         for answer in answers])
+            for answer, found in zip(answers, problems or [None] * len(answers)):
+                answer.forcing_problems = found
 
         async def one_case(case: Any, repeat_index: int) -> None:
             modes = case_modes(case)
             forcing, not_sent = await _forcing_for(case, target, natural, tokenizer)  # the same for every mode
             recorded = await asyncio.gather(*(one_request(case, mode, repeat_index, forcing, not_sent)
                                               for mode in modes))
+            if forcing is not None and case.endpoint in VERIFIED_ENDPOINTS:
+                if answers := [transcript for transcript in recorded if transcript.status == 200]:
+                    await verify(case, answers)
+            for transcript in recorded:
+                transcripts.append(transcript)
+                if writers:
+                    writers[0].write(transcript.to_dict())
             for result in judge_group(case, dict(zip(modes, recorded)), markers, allowed_skips):
                 results.append(result)
                 if writers:

@@ -107,6 +107,31 @@ def test_forcing_fields_that_ask_no_tokenizer_are_made_inline_and_the_others_in_
     assert made_in == [threading.main_thread().name, "side-request"]
 
 
+def test_a_cases_forced_answers_are_verified_in_one_side_thread_job(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Handing work to a side thread and back costs more than most verifications: the stream and the
+    non-stream of a case go together (the second mostly finds its questions answered by the first)."""
+    import threading
+
+    from conformance import forcing, profiles
+
+    jobs, verified_in = [], []
+    hand_over, verify = forcing._SIDE_THREADS.run, profiles.RegexForcing.verify
+    monkeypatch.setattr(forcing._SIDE_THREADS, "run", lambda job: jobs.append(job) or hand_over(job))
+    monkeypatch.setattr(profiles.RegexForcing, "verify", lambda self, tokenizer, case, transcript, markers: (
+        verified_in.append((transcript.mode, threading.current_thread().name)), ["checked"])[1])
+    forced = CASES_YAML.replace("  expect:", '  force: "x"\n  expect:')
+    with fake_server() as server:
+        cases = list(load_cases(tmp_path / "cases", forced).values())
+        target = Target(server.base_url, "fake", "hf", can_force=True, version="0.32.0")  # no version probe
+        output = engine.run(cases, target, tmp_path / "out")
+    assert sorted(verified_in) == [("non-stream", "side-request"), ("stream", "side-request")]
+    assert len(jobs) == 1
+    assert [t.forcing_problems for t in output.transcripts] == [["checked"], ["checked"]]
+    recorded = [line for line in (tmp_path / "out" / "transcripts.jsonl").read_text().splitlines()[1:]]
+    assert all('"forcing_problems": ["checked"]' in line for line in recorded) and len(recorded) == 2
+
+
 def test_a_run_keeps_what_existed_before_it_out_of_full_collections_and_hands_it_back(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The heap the run found (modules, SDK classes) is frozen while it lasts: the cyclic collector's
