@@ -373,14 +373,14 @@ async def run_async(
             if forcing is not None and case.endpoint in VERIFIED_ENDPOINTS:
                 if answers := [transcript for transcript in recorded if transcript.status == 200]:
                     await verify(case, answers)
-            for transcript in recorded:
-                transcripts.append(transcript)
-                if writers:
-                    writers[0].write(transcript.to_dict())
-            for result in judge_group(case, dict(zip(modes, recorded)), markers, allowed_skips):
-                results.append(result)
-                if writers:
-                    writers[1].write(result.to_dict())
+            transcripts.extend(recorded)
+            if writers:
+                writers[0].write_all(transcript.to_dict() for transcript in recorded)
+            judged = judge_group(case, dict(zip(modes, recorded)), markers, allowed_skips)
+            results.extend(judged)
+            if writers:
+                writers[1].write_all(result.to_dict() for result in judged)
+            for result in judged:
                 bar.advance(result)
 
         tasks = [asyncio.ensure_future(one_case(case, r)) for r in range(repeat) for case in cases]

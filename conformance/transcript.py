@@ -90,6 +90,13 @@ class TranscriptError(ValueError):
     """A transcripts file that cannot be read; the message names the file and line."""
 
 
+def _json_line(record: dict[str, Any]) -> bytes:
+    try:
+        return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate a server sent (JSON allows "\ud800"): kept as its escape
+        return (json.dumps(record) + "\n").encode("utf-8")
+
+
 class JsonLinesWriter:
     """Starts `path` afresh, then writes one JSON object per line and flushes it at once (a crash
     loses nothing written)."""
@@ -100,11 +107,11 @@ class JsonLinesWriter:
         self._file: IO[bytes] = path.open("wb")
 
     def write(self, record: dict[str, Any]) -> None:
-        try:
-            line = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate a server sent (JSON allows "\ud800"): kept as its escape
-            line = (json.dumps(record) + "\n").encode("utf-8")
-        self._file.write(line)
+        self.write_all((record,))
+
+    def write_all(self, records: Iterable[dict[str, Any]]) -> None:
+        """Write the records' lines and flush them together (one system call for, say, a case's modes)."""
+        self._file.write(b"".join(map(_json_line, records)))
         self._file.flush()
 
     def close(self) -> None:

@@ -116,7 +116,7 @@ def test_a_cases_forced_answers_are_verified_in_one_side_thread_job(tmp_path: Pa
     from conformance import forcing, profiles
 
     jobs, verified_in = [], []
-    hand_over, verify = forcing._SIDE_THREADS.run, profiles.RegexForcing.verify
+    hand_over = forcing._SIDE_THREADS.run
     monkeypatch.setattr(forcing._SIDE_THREADS, "run", lambda job: jobs.append(job) or hand_over(job))
     monkeypatch.setattr(profiles.RegexForcing, "verify", lambda self, tokenizer, case, transcript, markers: (
         verified_in.append((transcript.mode, threading.current_thread().name)), ["checked"])[1])
@@ -130,6 +130,23 @@ def test_a_cases_forced_answers_are_verified_in_one_side_thread_job(tmp_path: Pa
     assert [t.forcing_problems for t in output.transcripts] == [["checked"], ["checked"]]
     recorded = [line for line in (tmp_path / "out" / "transcripts.jsonl").read_text().splitlines()[1:]]
     assert all('"forcing_problems": ["checked"]' in line for line in recorded) and len(recorded) == 2
+
+
+def test_a_cases_transcripts_and_results_are_each_written_with_one_flush(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from conformance.transcript import JsonLinesWriter
+
+    flushed = []
+    write_all = JsonLinesWriter.write_all
+    monkeypatch.setattr(JsonLinesWriter, "write_all", lambda self, records: (
+        records := list(records), flushed.append((self.path.name, len(records))), write_all(self, records)))
+    with fake_server() as server:
+        cases = list(load_cases(tmp_path / "cases", CASES_YAML).values())
+        engine.run(cases, Target(server.base_url, "fake", "hf"), tmp_path / "out")
+    assert flushed == [("transcripts.jsonl", 1), ("results.jsonl", 1),  # the headers
+                       ("transcripts.jsonl", 2), ("results.jsonl", 2)]
+    lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all(line.startswith("{") for line in lines)
 
 
 def test_a_run_keeps_what_existed_before_it_out_of_full_collections_and_hands_it_back(
