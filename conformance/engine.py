@@ -351,35 +351,31 @@ async def run_async(
 
         async def one_request(case: Any, mode: str, repeat_index: int, forcing: dict[str, Any] | None,
                               not_sent: NotSent | None) -> Transcript:
+            """Send, verify a forced answer (in the same slot), then record the transcript at once: a run
+            that is interrupted or killed keeps every answer that came back."""
             if not_sent:
-                return _not_sent(case, target, mode, repeat_index, not_sent, forcing)
-            async with semaphore:
-                return await send(clients, target, case, mode, forcing=forcing, natural=natural, repeat=repeat_index)
-
-        async def verify(case: Any, answers: list[Transcript]) -> None:
-            """Each forced answer's `forcing_problems`, all in one side-thread job: the stream's
-            questions to the tokenizer are mostly the non-stream's, answered by then."""
-            async with semaphore:
-                problems = await _verify_within(target.timeout, lambda: [method.verify(tokenizer(), case, answer, markers)
-                                                                         for answer in answers])
-            for answer, found in zip(answers, problems or [None] * len(answers)):
-                answer.forcing_problems = found
+                transcript = _not_sent(case, target, mode, repeat_index, not_sent, forcing)
+            else:
+                async with semaphore:
+                    transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
+                                            repeat=repeat_index)
+                    if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
+                        transcript.forcing_problems = await _verify_within(
+                            target.timeout, lambda: method.verify(tokenizer(), case, transcript, markers))
+            transcripts.append(transcript)
+            if writers:
+                writers[0].write(transcript.to_dict())
+            return transcript
 
         async def one_case(case: Any, repeat_index: int) -> None:
             modes = case_modes(case)
             forcing, not_sent = await _forcing_for(case, target, natural, tokenizer)  # the same for every mode
             recorded = await asyncio.gather(*(one_request(case, mode, repeat_index, forcing, not_sent)
                                               for mode in modes))
-            if forcing is not None and case.endpoint in VERIFIED_ENDPOINTS:
-                if answers := [transcript for transcript in recorded if transcript.status == 200]:
-                    await verify(case, answers)
-            transcripts.extend(recorded)
-            if writers:
-                writers[0].write_all(transcript.to_dict() for transcript in recorded)
             judged = judge_group(case, dict(zip(modes, recorded)), markers, allowed_skips)
             results.extend(judged)
             if writers:
-                writers[1].write_all(result.to_dict() for result in judged)
+                writers[1].write_all(result.to_dict() for result in judged)  # one flush for the case's modes
             for result in judged:
                 bar.advance(result)
 
@@ -414,7 +410,8 @@ def collector_tuned_for_a_run() -> Iterator[None]:
     less often (RUN_YOUNG_THRESHOLD). Both are handed back after: `gc.unfreeze`, the thresholds."""
     thresholds = gc.get_threshold()
     gc.freeze()
-    gc.set_threshold(max(thresholds[0], RUN_YOUNG_THRESHOLD), *thresholds[1:])
+    if thresholds[0]:  # 0: the caller turned automatic collection off; it stays off
+        gc.set_threshold(max(thresholds[0], RUN_YOUNG_THRESHOLD), *thresholds[1:])
     try:
         yield
     finally:

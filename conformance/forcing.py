@@ -177,7 +177,8 @@ class ServerTokenizer:
     """A server's own tokenizer through its `/tokenize` and `/detokenize` endpoints (vLLM's), every
     answer remembered: within a run each marker is asked for once, and answers that came back with
     the same token ids (the stream and non-stream of one case, usually) are decoded once, also when
-    two threads ask at the same time (the second waits for the first one's answer or error).
+    two threads ask at the same time (verifying both answers of a case: the second waits for the
+    first one's answer or error).
     Requests go over kept-alive connections (`close()` ends them). Safe to share between threads."""
 
     def __init__(self, root_url: str, model: str, api_key: str | None = None, timeout: float = 60) -> None:
@@ -203,24 +204,26 @@ class ServerTokenizer:
             if key in self._answers:
                 return self._answers[key]
             asking = self._asking.get(key)
-            if asking is None:
+            mine = asking is None
+            if mine:
                 asking = self._asking[key] = concurrent.futures.Future()
-                mine = True
-            else:
-                mine = False
         if not mine:  # another thread asks: its answer (or its error), within that request's own timeout
             return asking.result()
+        outcome: BaseException | None = None
         try:
             value = self._endpoint(key[0], body)[field]
-        except BaseException as exc:
+        except BaseException as exc:  # handed to the waiters too, then raised
+            outcome = exc
+            raise
+        finally:  # whatever happens, the question is settled and no longer under way
             with self._lock:
                 del self._asking[key]
-            asking.set_exception(exc)
-            raise
-        with self._lock:
-            self._answers[key] = value
-            del self._asking[key]
-        asking.set_result(value)
+                if outcome is None:
+                    self._answers[key] = value
+            if outcome is None:
+                asking.set_result(value)
+            else:
+                asking.set_exception(outcome)
         return value
 
     def close(self) -> None:

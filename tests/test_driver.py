@@ -383,6 +383,26 @@ def test_a_full_disk_stops_the_run_at_once_and_keeps_what_was_written(cases, tmp
     assert read_transcripts(tmp_path / "transcripts.jsonl") == []
 
 
+def test_an_answer_is_recorded_as_soon_as_it_came_back_not_when_its_case_is_done(cases, tmp_path):
+    """The non-stream answer of `stall` is on disk while its stream still hangs: a run that is killed
+    then keeps it (and `recheck` can read it)."""
+    import threading
+
+    chosen = [case for case in cases if case.id == "stall"]
+    with fake_server(stall_seconds=4) as server:
+        target = Target(base_url=server.base_url, model="fake", profile="hf", timeout=6, can_force=True)
+        running = threading.Thread(target=run, args=(chosen, target, tmp_path), daemon=True)
+        running.start()
+        deadline, recorded = time.monotonic() + 3, []
+        while running.is_alive() and time.monotonic() < deadline and not recorded:
+            time.sleep(0.05)
+            if (tmp_path / "transcripts.jsonl").is_file():
+                recorded = read_transcripts(tmp_path / "transcripts.jsonl")
+        assert running.is_alive(), "the stalled stream ended the run before the check"
+        assert [(t.case_id, t.mode, t.status) for t in recorded] == [("stall", "non-stream", 200)]
+        running.join(15)
+
+
 def test_an_interrupted_run_still_reports_what_it_had_judged(cases_dir, tmp_path):
     import signal
     import subprocess

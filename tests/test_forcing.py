@@ -210,8 +210,10 @@ def test_the_tokenizer_asks_the_server_once_per_marker_and_once_per_answer(route
 def test_two_threads_asking_the_same_question_at_once_make_one_request(monkeypatch: pytest.MonkeyPatch) -> None:
     """The stream and non-stream of a case are verified at the same time in two side threads, with
     the same ids: the second waits for the first one's answer (or error) instead of asking again."""
+    import concurrent.futures
+
     tokenizer = ServerTokenizer("http://127.0.0.1:9", "m")
-    asked, release = [], threading.Event()
+    asked, release, waiting = [], threading.Event(), threading.Event()
 
     def endpoint(path: str, body: dict) -> dict:
         asked.append((path, tuple(body["tokens"])))
@@ -220,7 +222,13 @@ def test_two_threads_asking_the_same_question_at_once_make_one_request(monkeypat
             raise ServerRefused("/detokenize: HTTP 500: engine died")
         return {"prompt": "x"}
 
+    class SeenWaiting(concurrent.futures.Future):
+        def result(self, timeout=None):
+            waiting.set()
+            return super().result(timeout)
+
     monkeypatch.setattr(tokenizer, "_endpoint", endpoint)
+    monkeypatch.setattr(concurrent.futures, "Future", SeenWaiting)
     for ids, expected in (([1, 2], "x"), ([9], ServerRefused)):
         answers: list = []
 
@@ -231,12 +239,14 @@ def test_two_threads_asking_the_same_question_at_once_make_one_request(monkeypat
                 answers.append(type(exc))
 
         threads = [threading.Thread(target=ask) for _ in range(2)]
-        release.clear()
+        release.clear(), waiting.clear()
         threads[0].start()
-        while not asked or asked[-1][1] != tuple(ids):
-            time.sleep(0.01)
+        deadline = time.monotonic() + 10
+        while (not asked or asked[-1][1] != tuple(ids)) and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the first thread's request is under way
         threads[1].start()
-        time.sleep(0.2)  # the second thread asks while the first one's request is under way
+        while not waiting.is_set() and asked.count(("/detokenize", tuple(ids))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the second waits for it (or, asking again, adds a request)
         release.set()
         for thread in threads:
             thread.join(10)
@@ -245,7 +255,7 @@ def test_two_threads_asking_the_same_question_at_once_make_one_request(monkeypat
     assert tokenizer.detokenize([1, 2]) == "x" and len(asked) == 2  # remembered
     with pytest.raises(ServerRefused):
         tokenizer.detokenize([9])
-    assert len(asked) == 3  # an error is not: asked again
+    assert len(asked) == 3 and not tokenizer._asking  # an error is not remembered: asked again
 
 
 class KeepAliveServer(FakeServer):

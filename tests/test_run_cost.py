@@ -107,33 +107,8 @@ def test_forcing_fields_that_ask_no_tokenizer_are_made_inline_and_the_others_in_
     assert made_in == [threading.main_thread().name, "side-request"]
 
 
-def test_a_cases_forced_answers_are_verified_in_one_side_thread_job(tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Handing work to a side thread and back costs more than most verifications: the stream and the
-    non-stream of a case go together (the second mostly finds its questions answered by the first)."""
-    import threading
-
-    from conformance import forcing, profiles
-
-    jobs, verified_in = [], []
-    hand_over = forcing._SIDE_THREADS.run
-    monkeypatch.setattr(forcing._SIDE_THREADS, "run", lambda job: jobs.append(job) or hand_over(job))
-    monkeypatch.setattr(profiles.RegexForcing, "verify", lambda self, tokenizer, case, transcript, markers: (
-        verified_in.append((transcript.mode, threading.current_thread().name)), ["checked"])[1])
-    forced = CASES_YAML.replace("  expect:", '  force: "x"\n  expect:')
-    with fake_server() as server:
-        cases = list(load_cases(tmp_path / "cases", forced).values())
-        target = Target(server.base_url, "fake", "hf", can_force=True, version="0.32.0")  # no version probe
-        output = engine.run(cases, target, tmp_path / "out")
-    assert sorted(verified_in) == [("non-stream", "side-request"), ("stream", "side-request")]
-    assert len(jobs) == 1
-    assert [t.forcing_problems for t in output.transcripts] == [["checked"], ["checked"]]
-    recorded = [line for line in (tmp_path / "out" / "transcripts.jsonl").read_text().splitlines()[1:]]
-    assert all('"forcing_problems": ["checked"]' in line for line in recorded) and len(recorded) == 2
-
-
-def test_a_cases_transcripts_and_results_are_each_written_with_one_flush(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cases_results_are_written_with_one_flush_and_each_transcript_as_it_comes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from conformance.transcript import JsonLinesWriter
 
     flushed = []
@@ -144,7 +119,7 @@ def test_a_cases_transcripts_and_results_are_each_written_with_one_flush(tmp_pat
         cases = list(load_cases(tmp_path / "cases", CASES_YAML).values())
         engine.run(cases, Target(server.base_url, "fake", "hf"), tmp_path / "out")
     assert flushed == [("transcripts.jsonl", 1), ("results.jsonl", 1),  # the headers
-                       ("transcripts.jsonl", 2), ("results.jsonl", 2)]
+                       ("transcripts.jsonl", 1), ("transcripts.jsonl", 1), ("results.jsonl", 2)]
     lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
     assert len(lines) == 3 and all(line.startswith("{") for line in lines)
 
@@ -174,3 +149,16 @@ def test_a_run_keeps_what_existed_before_it_out_of_full_collections_and_hands_it
     assert thresholds_during == (max(thresholds[0], engine.RUN_YOUNG_THRESHOLD), *thresholds[1:])
     assert thresholds_during[0] > 700  # CPython's default
     assert gc.get_freeze_count() == before and gc.get_threshold() == thresholds
+
+
+def test_a_caller_that_turned_automatic_collection_off_keeps_it_off_during_a_run() -> None:
+    import gc
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(0, *thresholds[1:])
+    try:
+        with engine.collector_tuned_for_a_run():
+            assert gc.get_threshold()[0] == 0
+        assert gc.get_threshold() == (0, *thresholds[1:])
+    finally:
+        gc.set_threshold(*thresholds)
