@@ -67,9 +67,6 @@ def case_modes(case: Any) -> tuple[str, ...]:
     return tuple(mode for mode in MODES if mode in wanted)  # non-stream first: the stream is judged against it
 
 
-Verified = TypeVar("Verified")
-
-
 class CheckpointError(Exception):
     """A local checkpoint's tokenizer_config.json cannot be read."""
 
@@ -255,6 +252,9 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript
         return verify_forced_output(tokenizer, case.force, token_ids, markers, truncated=truncated)
     except (ForcingUnsupported, ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError):
         return None
+
+
+Verified = TypeVar("Verified")
 
 
 async def _verify_within(timeout: float, verify: Callable[[], Verified]) -> Verified | None:

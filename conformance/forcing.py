@@ -430,7 +430,7 @@ Result = TypeVar("Result")
 
 class _SideThreads:
     """Daemon threads for side requests, each kept for the next job once it is done (handing a job to
-    a waiting thread costs a fraction of starting one, and a run makes one or two per forced request);
+    a waiting thread costs a fraction of starting one, and a run makes one per forced answer);
     a new one starts when none is idle, so a job that hangs holds up no other."""
 
     MAX_IDLE = 16

@@ -29,7 +29,7 @@ class ServerStamp:
     version: str | None = None
     args: tuple[str, ...] = ()
     checkpoint_revision: str | None = None
-    build: str | None = None  # how a launched server was assembled, when no one ships it (Profile.build_note)
+    build: str | None = None  # how a launched server was assembled, when no one ships it (Server.build_note)
 
 
 @dataclass(frozen=True)

@@ -52,8 +52,7 @@ def _json(value: Any, depth: int = 0) -> str:
         return _STRING(value)
     if isinstance(value, dict) and value:
         inner = "  " * (depth + 1)
-        items = [f"{inner}{_STRING(key) if type(key) is str else _ONE_LINE(_json_key(key))}: {_json(item, depth + 1)}"
-                 for key, item in value.items()]
+        items = [f"{inner}{_json_key(key)}: {_json(item, depth + 1)}" for key, item in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + "  " * depth + "}"
     if isinstance(value, (list, tuple)) and not _CONTAINERS.isdisjoint(map(type, value)):  # (C loops: token ids)
         inner = "  " * (depth + 1)
@@ -63,7 +62,7 @@ def _json(value: Any, depth: int = 0) -> str:
 
 def _json_key(key: Any) -> str:
     """A dict key as json.dumps writes it (numbers, booleans and None become strings)."""
-    return key if isinstance(key, str) else json.dumps(key)
+    return _STRING(key if isinstance(key, str) else json.dumps(key))
 
 
 def _pre(value: Any) -> str:

