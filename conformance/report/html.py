@@ -21,7 +21,7 @@ from conformance.results import (
     summaries_by_profile,
     summarize,
 )
-from conformance.transcript import Transcript
+from conformance.transcript import Transcript, json_text
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
@@ -39,15 +39,15 @@ details{border-bottom:1px solid #eee;padding:.2em 0}summary{cursor:pointer}
 SEVERITY = {"error": 0, "fail": 1, "skip": 2, "pass": 3}
 
 
-_ONE_LINE = json.JSONEncoder(ensure_ascii=False, separators=(", ", ": ")).encode  # the C encoder
+_STRING = json.encoder.encode_basestring  # what json_text does with a str, without the call around it
 _CONTAINERS = frozenset({dict, list, tuple})  # the types of JSON values the page lays out over lines
-_STRING = json.encoder.encode_basestring  # what _ONE_LINE does with a str, without the method call around it
 
 
 def _json(value: Any, depth: int = 0) -> str:
     """JSON indented by 2 as json.dumps(indent=2) lays it out, except that a list of plain values
     (token ids, enums) stays on one line. Built from the C encoder's one-line pieces: json.dumps
-    with an indent runs the pure-Python encoder, which was most of the HTML report's cost."""
+    with an indent runs the pure-Python encoder, which was most of the HTML report's cost. (A
+    circular value, which JSON cannot hold, is a RecursionError.)"""
     if type(value) is str:  # most values: the common case first
         return _STRING(value)
     if isinstance(value, dict) and value:
@@ -57,7 +57,7 @@ def _json(value: Any, depth: int = 0) -> str:
     if isinstance(value, (list, tuple)) and not _CONTAINERS.isdisjoint(map(type, value)):  # (C loops: token ids)
         inner = "  " * (depth + 1)
         return "[\n" + ",\n".join([inner + _json(item, depth + 1) for item in value]) + "\n" + "  " * depth + "]"
-    return _ONE_LINE(value)
+    return json_text(value)
 
 
 def _json_key(key: Any) -> str:
@@ -85,32 +85,39 @@ def _client_view(message: Message) -> dict[str, Any]:
     }
 
 
-def _checks_table(result: CaseResult) -> str:
+_CHECKS_HEADER = "<table class='checks'><tr>" + "".join(
+    f"<th style='width:{width}%'>{name}</th>"  # percent
+    for name, width in {"check": 18, "kind": 10, "outcome": 6, "reason": 22, "expected": 22, "actual": 22}.items()
+) + "</tr>"
+
+
+def _checks_table(result: CaseResult, parts: list[str]) -> None:
     def cell(value: Any) -> str:
         return _pre(value) if value is not None else ""
 
-    rows = "".join(
+    parts.append(_CHECKS_HEADER)
+    parts += [
         f"<tr><td>{escape(c.name)}</td><td>{escape(c.kind)}</td><td class='{c.outcome}'>{c.outcome}</td>"
         f"<td>{escape(c.reason)}</td><td>{cell(c.expected)}</td><td>{cell(c.actual)}</td></tr>"
         for c in result.checks
-    )
-    widths = {"check": 18, "kind": 10, "outcome": 6, "reason": 22, "expected": 22, "actual": 22}  # percent
-    header = "".join(f"<th style='width:{width}%'>{name}</th>" for name, width in widths.items())
-    return f"<table class='checks'><tr>{header}</tr>{rows}</table>"
+    ]
+    parts.append("</table>")
 
 
-def _raw_stream(transcript: Transcript) -> str:
-    rows = "".join(f"<tr><td class='t'>{line.t:.3f}s</td><td>{escape(line.data)}</td></tr>" for line in transcript.sse)
-    return (f"<h4>Raw stream ({len(transcript.sse)} <code>data:</code> lines, arrival time since the request)</h4>"
-            f"<table class='raw'>{rows}</table>")
+def _raw_stream(transcript: Transcript, parts: list[str]) -> None:
+    parts.append(f"<h4>Raw stream ({len(transcript.sse)} <code>data:</code> lines, arrival time since the request)</h4>"
+                 "<table class='raw'>")
+    parts += [f"<tr><td class='t'>{line.t:.3f}s</td><td>{escape(line.data)}</td></tr>" for line in transcript.sse]
+    parts.append("</table>")
 
 
-def _transcript_section(transcript: Transcript | None) -> str:
+def _transcript_section(transcript: Transcript | None, parts: list[str]) -> None:
     if transcript is None:
-        return "<p>No transcript recorded.</p>"
+        parts.append("<p>No transcript recorded.</p>")
+        return
     if transcript.skip_reason:
-        return f"<p>Not sent: {escape(transcript.skip_reason)}</p>"
-    parts = []
+        parts.append(f"<p>Not sent: {escape(transcript.skip_reason)}</p>")
+        return
     forced = profile_record(transcript.profile).forcing.forced_text(transcript.request) if transcript.forced else None
     if forced is not None:
         parts += ["<h4>Forced output (the raw text the model was made to generate)</h4>", _pre(forced)]
@@ -129,10 +136,9 @@ def _transcript_section(transcript: Transcript | None) -> str:
         how = "reassembled from the stream" if transcript.mode == "stream" else "the response's message"
         parts += [f"<h4>Message as a client sees it ({how})</h4>", _pre(_client_view(message))]
     if transcript.sse:
-        parts.append(_raw_stream(transcript))
+        _raw_stream(transcript, parts)
     if transcript.response is not None:
         parts += ["<h4>Response</h4>", _pre(transcript.response)]
-    return "".join(parts)
 
 
 def _outcomes_table(results: Sequence[CaseResult]) -> str:
@@ -160,16 +166,19 @@ def _findings_section(results: Sequence[CaseResult]) -> str:
     return "".join(parts)
 
 
-def _case_details(result: CaseResult, transcript: Transcript | None) -> str:
+def _case_details(result: CaseResult, transcript: Transcript | None, parts: list[str]) -> None:
+    """Append the case's drill-down to `parts` (the page is joined once: each level of joining its
+    pieces copied the whole page again)."""
     note = result.reason if result.outcome != "pass" else result.description
-    title = (f"<span class='{result.outcome}'>{result.outcome.upper()}</span> {escape(result.profile)} "
-             f"<b>{escape(result.name)}</b>{' #' + str(result.repeat) if result.repeat else ''} "
-             f"<span class='{'note' if result.outcome == 'pass' else result.outcome}'>{escape(note[:200])}</span>")
-    return (
-        f"<details id='{_anchor(result)}'><summary>{title}</summary>"
+    parts.append(
+        f"<details id='{_anchor(result)}'><summary><span class='{result.outcome}'>{result.outcome.upper()}</span> "
+        f"{escape(result.profile)} <b>{escape(result.name)}</b>{' #' + str(result.repeat) if result.repeat else ''} "
+        f"<span class='{'note' if result.outcome == 'pass' else result.outcome}'>{escape(note[:200])}</span></summary>"
         f"<p>{escape(result.description)}</p><p class='note'>features: {escape(', '.join(result.features))}</p>"
-        f"{_checks_table(result)}{_transcript_section(transcript)}</details>"
     )
+    _checks_table(result, parts)
+    _transcript_section(transcript, parts)
+    parts.append("</details>")
 
 
 def render(
@@ -181,11 +190,13 @@ def render(
     by_key = {(t.case_id, t.mode, t.profile, t.repeat): t for t in transcripts}
     stamp_rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in stamp_lines(stamp))
     ordered = sorted(results, key=lambda r: (SEVERITY[r.outcome], r.profile, r.case_id, r.mode, r.repeat))
-    cases = "".join(_case_details(r, by_key.get((r.case_id, r.mode, r.profile, r.repeat))) for r in ordered)
-    return (
+    parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>Conformance run</title>"
         f"<style>{STYLE}</style></head><body><h1>Conformance run</h1><table>{stamp_rows}</table>"
         f"<p><b>{escape(summary.line())}</b></p>{_outcomes_table(results)}{_findings_section(results)}"
         "<h2>Cases</h2><p class='note'>Worst first; click a case for its checks, request, stream and response.</p>"
-        f"{cases}</body></html>\n"
-    )
+    ]
+    for r in ordered:
+        _case_details(r, by_key.get((r.case_id, r.mode, r.profile, r.repeat)), parts)
+    parts.append("</body></html>\n")
+    return "".join(parts)
