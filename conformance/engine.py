@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from conformance.cases import MODES
-from conformance.checks import Check, judge, shape_failure, shape_problems, SkipKind
+from conformance.checks import Check, shape_failure, shape_problems, SkipKind
+from conformance.judge import judge
 from conformance.markers import DEFAULT_MARKERS, template_markers
 from conformance.driver import (
     DEFAULT_CONCURRENCY,

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from conformance.checks import FINDING, SCHEMA, check_stream_framing, finding_client_replay, judge, observed_tool_call_streaming
+from conformance.checks import FINDING, SCHEMA, check_stream_framing, finding_client_replay, observed_tool_call_streaming
+from conformance.judge import judge
 from conformance.markers import DEFAULT_MARKERS, template_markers
 from conformance.wire import read_stream, response_message
 from conformance.results import make_result

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.checks import judge
+from conformance.judge import judge
 from conformance.cli import main
 from conformance.driver import Target
 from conformance.engine import run

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conformance.cases import check_suite
-from conformance.checks import judge
+from conformance.judge import judge
 from conformance.cli import main
 from conformance.driver import Target
 from conformance.engine import run
