@@ -26,8 +26,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -115,10 +117,55 @@ def _launch_of(profile: Profile) -> Launch:
     return profile.launch
 
 
+_HANDED_OUT_PORTS: set[int] = set()
+_PORTS_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port that is free now and that this process never handed out before. A server binds
+    its port seconds or minutes after it is told it, and until then the kernel may give the same
+    port to the next one started (two pooled servers got the same port, and the one that listened
+    first answered for both)."""
+    with _PORTS_LOCK, contextlib.ExitStack() as held:
+        for _ in range(1000):
+            sock = held.enter_context(socket.socket())  # kept open: the kernel gives another port next
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+            if port not in _HANDED_OUT_PORTS:
+                _HANDED_OUT_PORTS.add(port)
+                return port
+    raise OSError("no free loopback port this process has not handed out already")
+
+
+def port_listeners(port: int) -> set[str] | None:
+    """The sockets (`socket:[inode]`) listening on TCP `port` (Linux /proc; None where it cannot tell)."""
+    found, readable = set(), False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            fields = line.split()  # sl, local address:port (hex), remote, state (0A: LISTEN), ..., inode
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(f"socket:[{fields[9]}]")
+    return found if readable else None
+
+
+def sockets_of(pids: Sequence[int]) -> set[str]:
+    """The sockets (`socket:[inode]`) the processes `pids` hold open (those whose fds can be read)."""
+    held = set()
+    for pid in pids:
+        try:
+            for fd in os.scandir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd.path)
+                    if target.startswith("socket:"):
+                        held.add(target)
+        except OSError:  # ended, or not ours to read
+            continue
+    return held
 
 
 class ServerProcess:
@@ -166,6 +213,7 @@ class ServerProcess:
                     log_path=self.log_path,
                 )
             if _is_healthy(self.root_url + _launch_of(self.profile).health_path):
+                self._check_listener()
                 break
             if time.monotonic() > deadline:
                 server_error = self._server_error()
@@ -191,6 +239,20 @@ class ServerProcess:
             process=self.process,
             build_note=self.build_note,
         )
+
+    def _check_listener(self) -> None:
+        """ServerStartError when what answered on the server's port is not the server: another process
+        listens there (it took the port first; the server will fail to bind it, or never did)."""
+        port = urllib.parse.urlsplit(self.root_url).port
+        listeners = port_listeners(port) if port else None
+        if not listeners:  # cannot tell (no /proc), or the answer came through another route
+            return
+        ours = sockets_of([self.process.pid, *descendant_pids(self.process.pid)])
+        if listeners - ours:
+            raise ServerStartError(
+                f"port {port} answers, but not from the {self.profile.name} server: another process listens "
+                f"there (the server cannot bind it); nothing was judged on it (log: {self.log_path})",
+                server_error=None, log_path=self.log_path)
 
     def _server_error(self) -> str | None:
         return _launch_of(self.profile).find_error(_read_text(self.log_path))

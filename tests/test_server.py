@@ -163,6 +163,59 @@ def test_a_healthy_server_is_described_and_its_whole_tree_stopped(fake_python) -
     assert_all_gone(found)
 
 
+def test_a_port_another_process_answers_on_is_a_start_error_not_that_server(fake_python) -> None:
+    # The server was told a port someone else listens on: it has not bound it yet (vLLM listens once
+    # its engine is up), and the answers that come are the other one's. (Two pooled servers got the
+    # same port: the legacy-0.33 tests were answered by hf-0.33 and failed by the hundred.)
+    import http.server
+    import threading
+
+    class Healthy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    python, pids = fake_python("hang")
+    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthy)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ServerStartError, match=rf"port {other.server_port} answers, but not from the legacy "
+                                                   "server: another process listens there"):
+            with launch("legacy", "some/model", python=python, port=other.server_port, timeout=20):
+                pytest.fail("the block must not run")
+    finally:
+        other.shutdown()
+    with contextlib.suppress(FileNotFoundError):  # (the answer may have come before the fake recorded any)
+        assert_all_gone(pids())
+
+
+def test_a_port_is_handed_out_once_even_when_the_kernel_offers_it_again(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from conformance import server
+
+    offered = iter([1, 1, 2])  # ports the kernel never gives for port 0: nothing else here has them
+
+    class OfferedSocket:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            pass
+
+        def bind(self, address):
+            self.port = next(offered)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(server, "socket", SimpleNamespace(socket=OfferedSocket))
+    assert [server.free_port(), server.free_port()] == [1, 2]
+
+
 def test_a_proxy_in_the_environment_is_not_used_for_the_loopback_server(fake_python, monkeypatch) -> None:
     python, pids = fake_python("serve")
     for variable in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
