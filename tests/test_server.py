@@ -24,7 +24,7 @@ from conformance.forcing import (
     token_ids_of_stream,
     verify_forced_output,
 )
-from conformance.profiles import PROFILES, Profile, resolve_profile, vllm_profile
+from conformance.profiles import PROFILES, resolve_profile, vllm_profile
 from conformance.server_logs import find_vllm_error
 from conformance.server import (
     ServerStartError,
@@ -33,8 +33,8 @@ from conformance.server import (
     pid_alive,
     start,
 )
-from conformance.template import StartupVerdict
 from tests.server_helpers import WEATHER_TOOL, chat, chat_stream
+from tests.startup_attempts import StartupAttempts, assert_started_as_predicted
 
 # A stand-in for `python -m vllm.entrypoints.openai.api_server ...`, steered by FAKE_VLLM_MODE:
 #   error   print a log like vLLM's and exit 1
@@ -425,42 +425,31 @@ def test_legacy_streams_the_name_first_then_argument_fragments(legacy_server) ->
     assert json.loads("".join(call["function"]["arguments"] for call in rest)) == {"city": "Paris"}
 
 
+# Every variant with the hf profile's flags, plus the single flag each partial template satisfies
+# (closer-ends-with-anchor: the pool's hf_closer_server, tests/test_gate_upgrade_033.py).
+STARTUPS = [(variant, "both") for variant in VARIANTS if variant not in ("full", "closer-ends-with-anchor")] + [
+    ("thinking-only", "reasoning_parser_hf"), ("tools-only", "tool_call_parser_hf")]
+
+
+@pytest.fixture(scope="module")
+def startups(tmp_path_factory: pytest.TempPathFactory) -> StartupAttempts:
+    """The real server with each configuration's flags on each variant, all started together."""
+    from conformance.template import CONFIGURATIONS
+
+    models = {variant: build_fixture(tmp_path_factory.mktemp("startups") / variant, variant) for variant, _ in STARTUPS}
+    return StartupAttempts({(variant, configuration): (
+        vllm_profile(configuration, tuple(CONFIGURATIONS[configuration].split()), f"hf flags: {configuration}"),
+        models[variant]) for variant, configuration in STARTUPS}, tmp_path_factory.mktemp("startup-logs"))
+
+
 @pytest.mark.vllm
-@pytest.mark.parametrize(
-    ("variant", "configuration"),
-    # Every variant with the hf profile's flags, plus the single flag each partial template satisfies
-    # (closer-ends-with-anchor: the pool's hf_closer_server, tests/test_gate_upgrade_033.py).
-    [(variant, "both") for variant in VARIANTS if variant not in ("full", "closer-ends-with-anchor")]
-    + [("thinking-only", "reasoning_parser_hf"), ("tools-only", "tool_call_parser_hf")],
-)
-def test_the_audit_predicts_what_the_real_server_does(variant: str, configuration: str, tmp_path: Path) -> None:
-    from conformance.template import CONFIGURATIONS, predict_vllm_startup
+@pytest.mark.parametrize(("variant", "configuration"), STARTUPS)
+def test_the_audit_predicts_what_the_real_server_does(startups: StartupAttempts, variant: str, configuration: str) -> None:
+    from conformance.template import predict_vllm_startup
 
-    model = build_fixture(tmp_path / variant, variant)
+    _, model = startups.attempts[(variant, configuration)]
     predicted = predict_vllm_startup(json.loads((model / "tokenizer_config.json").read_text()))[configuration]
-    profile = vllm_profile(configuration, tuple(CONFIGURATIONS[configuration].split()), f"hf flags: {configuration}")
-    assert_starts_as_predicted(profile, model, predicted, tmp_path)
-
-
-def assert_starts_as_predicted(profile: Profile, model: Path, predicted: StartupVerdict, tmp_path: Path) -> None:
-    """The real server of `profile` on `model` starts (and stops, engine included) or fails with the
-    predicted `StartupVerdict`'s message."""
-    server_pids: list[int] = []
-    try:
-        with launch(profile, model, log_dir=tmp_path) as server:
-            server_pids = [server.pid, *descendant_pids(server.pid)]
-            outcome = ("starts", None)
-    except ServerStartError as error:
-        outcome = ("fails", error.server_error)
-    print(f"{model.name} with {' '.join(profile.launch.flags)}: {outcome}")
-    if predicted.starts:
-        assert outcome == ("starts", None)
-        assert len(server_pids) > 1  # the API server and its engine core ...
-        assert_all_gone(server_pids)  # ... are all gone after the block
-    else:
-        assert outcome[0] == "fails"
-        assert predicted.error and predicted.error in (outcome[1] or ""), (predicted.error, outcome[1])
-
+    assert_started_as_predicted(startups.outcome((variant, configuration)), predicted)
 
 
 @pytest.mark.vllm

@@ -25,7 +25,7 @@ from conformance.profiles import PROFILES
 from conformance.server import Server
 from conformance.template import CONFIGURATIONS, analyze_template_unbounded
 from tests.audit_helpers import GENERATED_TEMPLATES, fixture_tokenizer_configs, mutation_corpus
-from tests.test_server import assert_starts_as_predicted
+from tests.startup_attempts import StartupAttempts, assert_started_as_predicted
 from tests.vllm_decides import STARTUPS, DecisionWorker, as_verdicts, overlay_worker
 
 pytestmark = pytest.mark.vllm
@@ -100,13 +100,24 @@ def _verdict(model: Path, configuration: str):
     return analyze_template_unbounded(json.loads((model / "tokenizer_config.json").read_text())).vllm_0_33[configuration]
 
 
-@pytest.mark.parametrize(("variant", "configuration"), [
-    ("no-template", "both"), ("no-template", "reasoning_parser_hf"), ("no-template", "tool_call_parser_hf"),
-    ("reasoning-content", "both"),
-])
-def test_the_033_audit_predicts_what_the_real_033_server_does(variant: str, configuration: str, tmp_path: Path) -> None:
-    model = build_fixture(tmp_path / variant, variant)
-    assert_starts_as_predicted(_hf_033(configuration), model, _verdict(model, configuration), tmp_path)
+STARTUPS_033 = [("no-template", "both"), ("no-template", "reasoning_parser_hf"), ("no-template", "tool_call_parser_hf"),
+                ("reasoning-content", "both")]
+
+
+@pytest.fixture(scope="module")
+def startups_033(tmp_path_factory: pytest.TempPathFactory) -> StartupAttempts:
+    """hf-0.33 with each configuration's flags on each variant, all started together."""
+    models = {variant: build_fixture(tmp_path_factory.mktemp("startups-033") / variant, variant)
+              for variant, _ in STARTUPS_033}
+    return StartupAttempts({(variant, configuration): (_hf_033(configuration), models[variant])
+                            for variant, configuration in STARTUPS_033}, tmp_path_factory.mktemp("startup-logs-033"))
+
+
+@pytest.mark.parametrize(("variant", "configuration"), STARTUPS_033)
+def test_the_033_audit_predicts_what_the_real_033_server_does(startups_033: StartupAttempts, variant: str,
+                                                               configuration: str) -> None:
+    _, model = startups_033.attempts[(variant, configuration)]
+    assert_started_as_predicted(startups_033.outcome((variant, configuration)), _verdict(model, configuration))
 
 
 def test_the_pooled_033_server_starts_as_predicted(hf_033_server: Server) -> None:

@@ -1,0 +1,79 @@
+"""Start-ups of real servers that tests judge only by how they start and stop: a module's attempts all
+start together the first time one of its tests asks, as many at a time as the available memory holds
+(tests/server_pool.py's measure), and each test then judges its own outcome. One start-up keeps about
+one core busy, so on two cores starting together about halves the wait of starting one by one."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.profiles import Profile
+from conformance.server import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
+from conformance.template import StartupVerdict
+from tests.server_pool import SERVER_MEMORY_BYTES, available_memory
+
+
+@dataclass(frozen=True)
+class StartupOutcome:
+    started: bool
+    server_error: str | None  # the server's own error line, when it did not start
+    tree: tuple[int, ...] = ()  # the server and its descendants while it was up
+    left_alive: tuple[int, ...] = ()  # those still alive once it was stopped
+
+
+class StartupAttempts:
+    """`attempts`: key -> (profile, model); `outcome(key)` starts them all on first use (each stopped
+    again as `conformance.server.launch` stops it) and gives that key's outcome."""
+
+    def __init__(self, attempts: Mapping[Hashable, tuple[Profile, Path]], log_dir: Path) -> None:
+        self.attempts, self.log_dir = dict(attempts), log_dir
+        self.outcomes: dict[Hashable, StartupOutcome] = {}
+
+    def outcome(self, key: Hashable) -> StartupOutcome:
+        if not self.outcomes:
+            keys = list(self.attempts)
+            memory = available_memory()
+            wave = max(1, memory // SERVER_MEMORY_BYTES) if memory else len(keys)
+            for first in range(0, len(keys), wave):
+                self._start_and_judge(keys[first:first + wave])
+        return self.outcomes[key]
+
+    def _start_and_judge(self, keys: list[Hashable]) -> None:
+        processes: dict[Hashable, ServerProcess] = {}
+        for key in keys:  # in the main thread: see conformance.server.start
+            profile, model = self.attempts[key]
+            try:
+                processes[key] = start(profile, model, log_dir=self.log_dir)
+            except ServerStartError as error:
+                self.outcomes[key] = StartupOutcome(False, error.server_error)
+        with ThreadPoolExecutor(max(1, len(processes))) as pool:
+            waited = dict(zip(processes, pool.map(_healthy_or_error, processes.values())))
+        for key, process in processes.items():
+            healthy = waited[key]
+            tree = (healthy.pid, *descendant_pids(healthy.pid)) if isinstance(healthy, Server) else ()
+            process.stop()
+            if isinstance(healthy, Server):
+                self.outcomes[key] = StartupOutcome(True, None, tree, tuple(pid for pid in tree if pid_alive(pid)))
+            else:
+                self.outcomes[key] = StartupOutcome(False, healthy.server_error)
+
+
+def _healthy_or_error(process: ServerProcess) -> Server | ServerStartError:
+    try:
+        return process.wait_until_healthy()
+    except ServerStartError as error:
+        return error
+
+
+def assert_started_as_predicted(outcome: StartupOutcome, predicted: StartupVerdict) -> None:
+    """The server started (and stopped, engine included) or failed with the predicted message."""
+    if predicted.starts:
+        assert (outcome.started, outcome.server_error) == (True, None)
+        assert len(outcome.tree) > 1  # the API server and its engine core ...
+        assert outcome.left_alive == ()  # ... are all gone once it was stopped
+    else:
+        assert not outcome.started
+        assert predicted.error and predicted.error in (outcome.server_error or ""), (predicted.error, outcome.server_error)
