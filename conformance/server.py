@@ -137,8 +137,14 @@ def free_port() -> int:
     raise OSError("no free loopback port this process has not handed out already")
 
 
-def port_listeners(port: int) -> set[str] | None:
-    """The sockets (`socket:[inode]`) listening on TCP `port` (Linux /proc; None where it cannot tell)."""
+# The local addresses (as /proc/net/tcp{,6} write them) whose listeners take connections to 127.0.0.1:
+# 127.0.0.1 and 0.0.0.0; ::ffff:127.0.0.1 and :: (dual stack). One on ::1 or another address does not.
+_REACHED_FROM_LOOPBACK = frozenset({"0100007F", "00000000", "0000000000000000FFFF00000100007F", "0" * 32})
+
+
+def loopback_listeners(port: int) -> set[str] | None:
+    """The sockets (`socket:[inode]`) listening where a connection to 127.0.0.1:`port` goes (Linux
+    /proc; None where it cannot tell)."""
     found, readable = set(), False
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -148,15 +154,19 @@ def port_listeners(port: int) -> set[str] | None:
         readable = True
         for line in lines:
             fields = line.split()  # sl, local address:port (hex), remote, state (0A: LISTEN), ..., inode
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            if len(fields) <= 9 or fields[3] != "0A":
+                continue
+            address, _, hex_port = fields[1].rpartition(":")
+            if int(hex_port, 16) == port and address.upper() in _REACHED_FROM_LOOPBACK:
                 found.add(f"socket:[{fields[9]}]")
     return found if readable else None
 
 
-def sockets_of(pids: Sequence[int]) -> set[str]:
-    """The sockets (`socket:[inode]`) the processes `pids` hold open (those whose fds can be read)."""
+def sockets_of(pids: Sequence[int]) -> set[str] | None:
+    """The sockets (`socket:[inode]`) the processes `pids` hold open; None when the first one's open
+    files cannot be read (then nobody can tell whose a socket is)."""
     held = set()
-    for pid in pids:
+    for number, pid in enumerate(pids):
         try:
             for fd in os.scandir(f"/proc/{pid}/fd"):
                 with contextlib.suppress(OSError):
@@ -164,16 +174,31 @@ def sockets_of(pids: Sequence[int]) -> set[str]:
                     if target.startswith("socket:"):
                         held.add(target)
         except OSError:  # ended, or not ours to read
-            continue
+            if number == 0:
+                return None
     return held
+
+
+def session_pids(leader: int) -> list[int]:
+    """The live processes of the session `leader` started (Linux /proc), besides its descendants: a
+    server's process whose parent ended is in no one's tree but stays in the session."""
+    found = []
+    for stat_path in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            # Fields after the parenthesised command name: state, ppid, pgrp, session, ...
+            if int(stat_path.read_text().rsplit(")", 1)[1].split()[3]) == leader:
+                found.append(int(stat_path.parent.name))
+    return found
 
 
 class ServerProcess:
     """A started server process that may not be healthy yet (see `start`)."""
 
     def __init__(self, profile: Profile, command: list[str], env: dict[str, str], root_url: str,
-                 log_path: Path, model: str = "unknown", build_note: str | None = None) -> None:
+                 log_path: Path, model: str = "unknown", build_note: str | None = None,
+                 owns_port: bool = False) -> None:
         self.profile = profile
+        self.owns_port = owns_port  # the process was told root_url's port: only it may listen there
         self.build_note = build_note
         self.command = command
         self.model = model  # what it was started on: its name for a server that names it nowhere else
@@ -213,7 +238,8 @@ class ServerProcess:
                     log_path=self.log_path,
                 )
             if _is_healthy(self.root_url + _launch_of(self.profile).health_path):
-                self._check_listener()
+                if self.owns_port:
+                    self._check_listener()
                 break
             if time.monotonic() > deadline:
                 server_error = self._server_error()
@@ -244,14 +270,15 @@ class ServerProcess:
         """ServerStartError when what answered on the server's port is not the server: another process
         listens there (it took the port first; the server will fail to bind it, or never did)."""
         port = urllib.parse.urlsplit(self.root_url).port
-        listeners = port_listeners(port) if port else None
+        listeners = loopback_listeners(port) if port else None
         if not listeners:  # cannot tell (no /proc), or the answer came through another route
             return
-        ours = sockets_of([self.process.pid, *descendant_pids(self.process.pid)])
-        if listeners - ours:
+        pid = self.process.pid
+        ours = sockets_of([pid, *{*descendant_pids(pid), *session_pids(pid)} - {pid}])
+        if ours is not None and listeners - ours:
             raise ServerStartError(
-                f"port {port} answers, but not from the {self.profile.name} server: another process listens "
-                f"there (the server cannot bind it); nothing was judged on it (log: {self.log_path})",
+                f"port {port} answers, but not only from the {self.profile.name} server: another process "
+                f"listens there too, or instead; nothing was judged on it (log: {self.log_path})",
                 server_error=None, log_path=self.log_path)
 
     def _server_error(self) -> str | None:
@@ -315,7 +342,7 @@ def start(
         raise ServerStartError(f"cannot set up the {profile.name} server: {error}", server_error=str(error),
                                log_path=log_path) from error
     return ServerProcess(profile, command, env, root_url=f"http://127.0.0.1:{port}", log_path=log_path,
-                         model=str(model), build_note=build_note)
+                         model=str(model), build_note=build_note, owns_port=True)
 
 
 @contextlib.contextmanager

@@ -31,9 +31,12 @@ class StartupAttempts:
     def __init__(self, attempts: Mapping[Hashable, tuple[Profile, Path]], log_dir: Path) -> None:
         self.attempts, self.log_dir = dict(attempts), log_dir
         self.outcomes: dict[Hashable, StartupOutcome] = {}
+        self.attempted = False
 
     def outcome(self, key: Hashable) -> StartupOutcome:
-        if not self.outcomes:
+        """Raises KeyError for a key whose wave was cut short by an error (that error failed a test before)."""
+        if not self.attempted:
+            self.attempted = True
             keys = list(self.attempts)
             memory = available_memory()
             wave = max(1, memory // SERVER_MEMORY_BYTES) if memory else len(keys)
@@ -43,22 +46,27 @@ class StartupAttempts:
 
     def _start_and_judge(self, keys: list[Hashable]) -> None:
         processes: dict[Hashable, ServerProcess] = {}
-        for key in keys:  # in the main thread: see conformance.server.start
-            profile, model = self.attempts[key]
-            try:
-                processes[key] = start(profile, model, log_dir=self.log_dir)
-            except ServerStartError as error:
-                self.outcomes[key] = StartupOutcome(False, error.server_error)
-        with ThreadPoolExecutor(max(1, len(processes))) as pool:
-            waited = dict(zip(processes, pool.map(_healthy_or_error, processes.values())))
-        for key, process in processes.items():
-            healthy = waited[key]
-            tree = (healthy.pid, *descendant_pids(healthy.pid)) if isinstance(healthy, Server) else ()
-            process.stop()
-            if isinstance(healthy, Server):
-                self.outcomes[key] = StartupOutcome(True, None, tree, tuple(pid for pid in tree if pid_alive(pid)))
-            else:
-                self.outcomes[key] = StartupOutcome(False, healthy.server_error)
+        try:
+            for key in keys:  # in the main thread: see conformance.server.start
+                profile, model = self.attempts[key]
+                try:
+                    processes[key] = start(profile, model, log_dir=self.log_dir)
+                except ServerStartError as error:
+                    self.outcomes[key] = StartupOutcome(False, error.server_error)
+            with ThreadPoolExecutor(max(1, len(processes))) as pool:
+                waited = dict(zip(processes, pool.map(_healthy_or_error, processes.values())))
+            for key, process in processes.items():
+                healthy = waited[key]
+                tree = (healthy.pid, *descendant_pids(healthy.pid)) if isinstance(healthy, Server) else ()
+                process.stop()
+                if isinstance(healthy, Server):
+                    alive = tuple(pid for pid in tree if pid_alive(pid))
+                    self.outcomes[key] = StartupOutcome(True, None, tree, alive)
+                else:
+                    self.outcomes[key] = StartupOutcome(False, healthy.server_error)
+        finally:  # whatever went wrong, no server of the wave outlives it (stop is idempotent)
+            for process in processes.values():
+                process.stop()
 
 
 def _healthy_or_error(process: ServerProcess) -> Server | ServerStartError:

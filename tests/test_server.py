@@ -182,14 +182,26 @@ def test_a_port_another_process_answers_on_is_a_start_error_not_that_server(fake
     other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthy)
     threading.Thread(target=other.serve_forever, daemon=True).start()
     try:
-        with pytest.raises(ServerStartError, match=rf"port {other.server_port} answers, but not from the legacy "
-                                                   "server: another process listens there"):
+        with pytest.raises(ServerStartError, match=rf"port {other.server_port} answers, but not only from the "
+                                                   "legacy server: another process listens there"):
             with launch("legacy", "some/model", python=python, port=other.server_port, timeout=20):
                 pytest.fail("the block must not run")
     finally:
         other.shutdown()
+        other.server_close()
     with contextlib.suppress(FileNotFoundError):  # (the answer may have come before the fake recorded any)
         assert_all_gone(pids())
+
+
+def test_a_listener_on_another_address_with_the_same_port_is_not_taken_for_the_servers(fake_python) -> None:
+    import socket
+
+    python, _ = fake_python("serve")
+    with socket.socket() as elsewhere:  # 127.0.0.2:P takes no connection to 127.0.0.1:P
+        elsewhere.bind(("127.0.0.2", 0))
+        elsewhere.listen()
+        with launch("hf", "some/model", python=python, port=elsewhere.getsockname()[1], timeout=30) as server:
+            assert server.version == "0.32.0-fake"
 
 
 def test_a_port_is_handed_out_once_even_when_the_kernel_offers_it_again(monkeypatch) -> None:
@@ -197,7 +209,7 @@ def test_a_port_is_handed_out_once_even_when_the_kernel_offers_it_again(monkeypa
 
     from conformance import server
 
-    offered = iter([1, 1, 2])  # ports the kernel never gives for port 0: nothing else here has them
+    offered = iter([1, 1, 2])  # the kernel offering port 1 twice (ports it never gives for port 0)
 
     class OfferedSocket:
         def __enter__(self):
@@ -213,6 +225,7 @@ def test_a_port_is_handed_out_once_even_when_the_kernel_offers_it_again(monkeypa
             return ("127.0.0.1", self.port)
 
     monkeypatch.setattr(server, "socket", SimpleNamespace(socket=OfferedSocket))
+    monkeypatch.setattr(server, "_HANDED_OUT_PORTS", set())
     assert [server.free_port(), server.free_port()] == [1, 2]
 
 
