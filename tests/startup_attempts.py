@@ -1,7 +1,7 @@
 """Start-ups of real servers that tests judge only by how they start and stop: a module's attempts all
 start together the first time one of its tests asks, as many at a time as the available memory holds
-(tests/server_pool.py's measure), and each test then judges its own outcome. One start-up keeps about
-one core busy, so on two cores starting together about halves the wait of starting one by one."""
+(tests/server_pool.py's measure), and each test then judges its own outcome. One start-up leaves the
+second core mostly idle: the four of tests/test_template_vs_vllm_033.py took 82 s one by one, 61 s together."""
 
 from __future__ import annotations
 
