@@ -182,13 +182,7 @@ def sockets_of(pids: Sequence[int]) -> set[str] | None:
 def session_pids(leader: int) -> list[int]:
     """The live processes of the session `leader` started (Linux /proc), besides its descendants: a
     server's process whose parent ended is in no one's tree but stays in the session."""
-    found = []
-    for stat_path in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            # Fields after the parenthesised command name: state, ppid, pgrp, session, ...
-            if int(stat_path.read_text().rsplit(")", 1)[1].split()[3]) == leader:
-                found.append(int(stat_path.parent.name))
-    return found
+    return [pid for pid, fields in _process_stats() if fields[3] == leader]
 
 
 class ServerProcess:
@@ -267,8 +261,8 @@ class ServerProcess:
         )
 
     def _check_listener(self) -> None:
-        """ServerStartError when what answered on the server's port is not the server: another process
-        listens there (it took the port first; the server will fail to bind it, or never did)."""
+        """ServerStartError when another process listens where the server's port is reached (it took
+        the port first, or shares it): its answers are not the server's."""
         port = urllib.parse.urlsplit(self.root_url).port
         listeners = loopback_listeners(port) if port else None
         if not listeners:  # cannot tell (no /proc), or the answer came through another route
@@ -426,14 +420,8 @@ def _signal_all(group_leader: int, pids: set[int], signum: int) -> None:
 def descendant_pids(pid: int) -> list[int]:
     """Every live descendant of `pid` (Linux /proc; empty elsewhere, where the group kill remains)."""
     children: dict[int, list[int]] = {}
-    for stat_path in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            stat = stat_path.read_text()
-            # Fields after the parenthesised command name: state, ppid, ...
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):  # the process ended while we read it
-            continue
-        children.setdefault(parent, []).append(int(stat_path.parent.name))
+    for child, fields in _process_stats():
+        children.setdefault(fields[1], []).append(child)
     found: list[int] = []
     pending = [pid]
     while pending:
@@ -441,6 +429,17 @@ def descendant_pids(pid: int) -> list[int]:
             found.append(child)
             pending.append(child)
     return found
+
+
+def _process_stats() -> Iterator[tuple[int, tuple[str, int, int, int]]]:
+    """(pid, (state, ppid, process group, session)) of every process /proc lists (none elsewhere)."""
+    for stat_path in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # Fields after the parenthesised command name: state, ppid, pgrp, session, ...
+            state, ppid, group, session = stat_path.read_text().rsplit(")", 1)[1].split()[:4]
+            yield int(stat_path.parent.name), (state, int(ppid), int(group), int(session))
+        except (OSError, IndexError, ValueError):  # the process ended while we read it
+            continue
 
 
 def pid_alive(pid: int) -> bool:

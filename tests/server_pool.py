@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Hashable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from conformance.fixture import build_fixture
+from conformance.profiles import Profile
 from conformance.server import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
 
 ServerKey = tuple[str, str]  # (profile, fixture variant)
@@ -27,6 +30,45 @@ def available_memory() -> int:
     return 0
 
 
+def servers_that_fit(wanted: int) -> int:
+    """How many servers the available memory holds at once (all `wanted` where it is unknown)."""
+    memory = available_memory()
+    return max(1, memory // SERVER_MEMORY_BYTES) if memory else max(1, wanted)
+
+
+Key = TypeVar("Key", bound=Hashable)
+
+
+def start_together(attempts: Mapping[Key, tuple[Profile | str, Path]], log_dir: Path,
+                   ) -> tuple[dict[Key, ServerProcess], dict[Key, Server | ServerStartError]]:
+    """Start each (profile, model) of `attempts` in this (the main) thread (see conformance.server.start),
+    then wait for all of them at once: (the processes started, each key's healthy server or start
+    error). If anything else goes wrong, the processes started are stopped before it is raised."""
+    processes: dict[Key, ServerProcess] = {}
+    outcomes: dict[Key, Server | ServerStartError] = {}
+    try:
+        for key, (profile, model) in attempts.items():
+            try:
+                processes[key] = start(profile, model, log_dir=log_dir)
+            except ServerStartError as error:  # its set-up failed: the others still start
+                outcomes[key] = error
+        if processes:
+            with ThreadPoolExecutor(len(processes)) as pool:
+                outcomes.update(zip(processes, pool.map(_healthy_or_error, processes.values())))
+    except BaseException:
+        for process in processes.values():
+            process.stop()
+        raise
+    return processes, outcomes
+
+
+def _healthy_or_error(process: ServerProcess) -> Server | ServerStartError:
+    try:
+        return process.wait_until_healthy()
+    except ServerStartError as error:
+        return error
+
+
 class ServerPool:
     """On the first request, starts every needed server that fits in memory and waits for all of them at
     once (so each start-up time is its own); hands out healthy servers; stops each after the last test
@@ -40,8 +82,7 @@ class ServerPool:
         self.profiles = profiles
         self.first_use, self.last_use = first_use, last_use  # positions of the first and last test using each
         self.started: list[tuple[ServerKey, Server]] = []
-        memory = available_memory()
-        self.capacity = capacity or (max(1, memory // SERVER_MEMORY_BYTES) if memory else len(profiles) or 1)
+        self.capacity = capacity or servers_that_fit(len(profiles))
         self.processes: dict[ServerKey, ServerProcess] = {}
         self.outcomes: dict[ServerKey, Server | ServerStartError] = {}
         self.stopped: set[ServerKey] = set()
@@ -74,31 +115,18 @@ class ServerPool:
                 self.stopped.add(key)
 
     def _start_and_wait(self, keys: list[ServerKey]) -> None:
-        for key in keys:  # in this (the main) thread: see conformance.server.start
-            try:
-                self.processes[key] = start(key[0], self.checkpoint_for(key[1]), log_dir=self.log_dir)
-            except ServerStartError as error:  # its set-up failed: the others still start
-                self.outcomes[key] = error
-        keys = [key for key in keys if key in self.processes]
-        if not keys:
-            return
-        with ThreadPoolExecutor(len(keys)) as pool:
-            for key, outcome in zip(keys, pool.map(self._wait, keys)):
-                self.outcomes[key] = outcome
-                if isinstance(outcome, Server):
-                    self.pids |= {outcome.pid, *descendant_pids(outcome.pid)}
-                    self.started.append((key, outcome))
+        processes, outcomes = start_together({key: (key[0], self.checkpoint_for(key[1])) for key in keys}, self.log_dir)
+        self.processes.update(processes)
+        self.outcomes.update(outcomes)
+        for key, outcome in outcomes.items():
+            if isinstance(outcome, Server):
+                self.pids |= {outcome.pid, *descendant_pids(outcome.pid)}
+                self.started.append((key, outcome))
 
     def checkpoint_for(self, variant: str) -> Path:
         """The tiny checkpoint in `variant`, built once."""
         folder = self.checkpoints / variant
         return folder if (folder / "config.json").exists() else build_fixture(folder, variant)
-
-    def _wait(self, key: ServerKey) -> Server | ServerStartError:
-        try:
-            return self.processes[key].wait_until_healthy()
-        except ServerStartError as error:
-            return error
 
     def close(self) -> None:
         for process in self.processes.values():

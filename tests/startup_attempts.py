@@ -1,19 +1,18 @@
 """Start-ups of real servers that tests judge only by how they start and stop: a module's attempts all
 start together the first time one of its tests asks, as many at a time as the available memory holds
-(tests/server_pool.py's measure), and each test then judges its own outcome. One start-up leaves the
+(tests/server_pool.py's measure and start-up), and each test then judges its own outcome. One start-up leaves the
 second core mostly idle: the four of tests/test_template_vs_vllm_033.py took 82 s one by one, 61 s together."""
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.profiles import Profile
-from conformance.server import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
+from conformance.server import Server, descendant_pids, pid_alive
 from conformance.template import StartupVerdict
-from tests.server_pool import SERVER_MEMORY_BYTES, available_memory
+from tests.server_pool import servers_that_fit, start_together
 
 
 @dataclass(frozen=True)
@@ -38,42 +37,24 @@ class StartupAttempts:
         if not self.attempted:
             self.attempted = True
             keys = list(self.attempts)
-            memory = available_memory()
-            wave = max(1, memory // SERVER_MEMORY_BYTES) if memory else len(keys)
+            wave = servers_that_fit(len(keys))
             for first in range(0, len(keys), wave):
                 self._start_and_judge(keys[first:first + wave])
         return self.outcomes[key]
 
     def _start_and_judge(self, keys: list[Hashable]) -> None:
-        processes: dict[Hashable, ServerProcess] = {}
+        processes, waited = start_together({key: self.attempts[key] for key in keys}, self.log_dir)
         try:
-            for key in keys:  # in the main thread: see conformance.server.start
-                profile, model = self.attempts[key]
-                try:
-                    processes[key] = start(profile, model, log_dir=self.log_dir)
-                except ServerStartError as error:
-                    self.outcomes[key] = StartupOutcome(False, error.server_error)
-            with ThreadPoolExecutor(max(1, len(processes))) as pool:
-                waited = dict(zip(processes, pool.map(_healthy_or_error, processes.values())))
-            for key, process in processes.items():
-                healthy = waited[key]
-                tree = (healthy.pid, *descendant_pids(healthy.pid)) if isinstance(healthy, Server) else ()
-                process.stop()
+            for key, healthy in waited.items():
                 if isinstance(healthy, Server):
-                    alive = tuple(pid for pid in tree if pid_alive(pid))
-                    self.outcomes[key] = StartupOutcome(True, None, tree, alive)
+                    tree = (healthy.pid, *descendant_pids(healthy.pid))
+                    processes[key].stop()
+                    self.outcomes[key] = StartupOutcome(True, None, tree, tuple(pid for pid in tree if pid_alive(pid)))
                 else:
                     self.outcomes[key] = StartupOutcome(False, healthy.server_error)
         finally:  # whatever went wrong, no server of the wave outlives it (stop is idempotent)
             for process in processes.values():
                 process.stop()
-
-
-def _healthy_or_error(process: ServerProcess) -> Server | ServerStartError:
-    try:
-        return process.wait_until_healthy()
-    except ServerStartError as error:
-        return error
 
 
 def assert_started_as_predicted(outcome: StartupOutcome, predicted: StartupVerdict) -> None:

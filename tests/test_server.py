@@ -33,6 +33,7 @@ from conformance.server import (
     pid_alive,
     start,
 )
+from tests.scripted_server import Reply, scripted_server
 from tests.server_helpers import WEATHER_TOOL, chat, chat_stream
 from tests.startup_attempts import StartupAttempts, assert_started_as_predicted
 
@@ -167,28 +168,13 @@ def test_a_port_another_process_answers_on_is_a_start_error_not_that_server(fake
     # The server was told a port someone else listens on: it has not bound it yet (vLLM listens once
     # its engine is up), and the answers that come are the other one's. (Two pooled servers got the
     # same port: the legacy-0.33 tests were answered by hf-0.33 and failed by the hundred.)
-    import http.server
-    import threading
-
-    class Healthy(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
     python, pids = fake_python("hang")
-    other = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Healthy)
-    threading.Thread(target=other.serve_forever, daemon=True).start()
-    try:
-        with pytest.raises(ServerStartError, match=rf"port {other.server_port} answers, but not only from the "
+    with scripted_server({("GET", "/health"): lambda body: Reply()}) as other:
+        port = int(other.root_url.rsplit(":", 1)[1])
+        with pytest.raises(ServerStartError, match=rf"port {port} answers, but not only from the "
                                                    "legacy server: another process listens there"):
-            with launch("legacy", "some/model", python=python, port=other.server_port, timeout=20):
+            with launch("legacy", "some/model", python=python, port=port, timeout=20):
                 pytest.fail("the block must not run")
-    finally:
-        other.shutdown()
-        other.server_close()
     with contextlib.suppress(FileNotFoundError):  # (the answer may have come before the fake recorded any)
         assert_all_gone(pids())
 
