@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import functools
 import gc
-import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
@@ -33,6 +32,7 @@ from conformance.driver import (
 )
 from conformance.forcing import VERIFIED_ENDPOINTS, ServerTokenizer
 from conformance.profiles import PROFILES, expectation_for, profile_record
+from conformance.progress import Progress
 from conformance.recording import make_header
 from conformance.report.stamp import make_stamp
 from conformance.results import (
@@ -280,38 +280,10 @@ def _not_sent(case: Any, target: Target, mode: str, repeat: int, why: NotSent,
                       transport_error=why.reason)
 
 
-class _Progress:
-    """A rich progress bar on a terminal, plain lines otherwise."""
-
-    def __init__(self, total: int, enabled: bool) -> None:
-        self.total, self.done, self.enabled = total, 0, enabled
-        self.bar = None
-        if enabled and sys.stderr.isatty():
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), transient=True)
-            self.task = self.bar.add_task("conformance", total=total)
-            self.bar.start()
-
-    def advance(self, result: CaseResult) -> None:
-        self.done += 1
-        if self.bar is not None:
-            self.bar.update(self.task, advance=1, description=f"{result.name} {result.outcome}")
-        elif self.enabled:
-            print(f"[{self.done}/{self.total}] {result.profile} {result.name}: {result.outcome}"
-                  + (f" ({result.reason[:120]})" if result.reason and result.outcome != "pass" else ""),
-                  file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+def _progress_line(result: CaseResult) -> str:
+    """One result as a log line: profile, case[mode], outcome, and why when it is not a pass."""
+    reason = f" ({result.reason[:120]})" if result.reason and result.outcome != "pass" else ""
+    return f"{result.profile} {result.name}: {result.outcome}{reason}"
 
 
 async def run_async(
@@ -344,7 +316,7 @@ async def run_async(
         semaphore = asyncio.Semaphore(max(1, concurrency))
         results: list[CaseResult] = []
         transcripts: list[Transcript] = []
-        bar = _Progress(request_count(cases, repeat), progress)
+        bar = Progress(request_count(cases, repeat), "conformance") if progress else None
         method = profile_record(target.profile).forcing
         # one per run, made at the first forced answer (a profile that cannot force has none)
         tokenizer = functools.cache(lambda: method.tokenizer(target.root_url, target.model, target.api_key,
@@ -377,8 +349,8 @@ async def run_async(
             results.extend(judged)
             if writers:
                 writers[1].write_all(result.to_dict() for result in judged)  # one flush for the case's modes
-            for result in judged:
-                bar.advance(result)
+            for result in judged if bar is not None else ():
+                bar.advance(f"{result.name} {result.outcome}", _progress_line(result))
 
         tasks = [asyncio.ensure_future(one_case(case, r)) for r in range(repeat) for case in cases]
         try:
@@ -387,7 +359,8 @@ async def run_async(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            bar.close()
+            if bar is not None:
+                bar.close()
             if tokenizer.cache_info().currsize:  # made at the first forced answer
                 tokenizer().close()
             if writers:
