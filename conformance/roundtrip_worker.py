@@ -61,10 +61,10 @@ def serve() -> None:
     """Child side: read one job from stdin, write its RoundTripResult as JSON to stdout."""
     from hypothesis.configuration import set_hypothesis_home_dir
 
-    from conformance.template import _limit_memory
+    from conformance.template_worker import limit_memory
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this ends
-    _limit_memory(MEMORY_BYTES)
+    limit_memory(MEMORY_BYTES)
     sys.setrecursionlimit(10_000)  # deep JSON nesting is part of the search
     job = json.loads(sys.stdin.read())
     subject = Subject(**job["subject"])

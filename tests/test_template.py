@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conformance import template
+from conformance import template_worker
 from conformance.template import (
     TemplateAnalysisTimeout,
     analyze_template,
@@ -216,11 +216,11 @@ def test_pattern_too_expensive_to_compile_times_out_and_the_worker_recovers() ->
 def test_the_worker_outlives_a_ctrl_c_to_the_process_group() -> None:
     """The parent handles Ctrl-C; the worker must neither die nor print a traceback."""
     analyze_template(qwen3())
-    worker = template._WORKER._process
+    worker = template_worker.WORKER._process
     worker.send_signal(signal.SIGINT)
     time.sleep(0.3)
     assert worker.poll() is None
-    assert analyze_template(qwen3()).valid and template._WORKER._process is worker
+    assert analyze_template(qwen3()).valid and template_worker.WORKER._process is worker
 
 
 def test_bounded_and_in_process_analyses_agree() -> None:
