@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from collections import Counter
 import os
-import pty
-import select
 import subprocess
 import sys
 from datetime import datetime
@@ -21,6 +19,7 @@ from conformance.audit import audit_local
 from conformance.checkpoints import load_schema
 from conformance.report.audit_report import _table_row, build_report, render_table
 from tests.audit_helpers import fixture_tokenizer_configs
+from tests.terminal import stderr_on_a_terminal
 
 REPORT_SCHEMA = load_schema("audit-report.schema.json")
 
@@ -82,23 +81,10 @@ def test_progress_lines_in_a_log_one_per_checkpoint(tmp_path: Path) -> None:
 
 def test_progress_is_a_bar_on_a_terminal(tmp_path: Path) -> None:
     directories = local_checkpoints(tmp_path / "models")
-    controller, terminal = pty.openpty()
     environment = {key: value for key, value in os.environ.items() if key != "COLUMNS"}
-    process = subprocess.Popen([sys.executable, "-m", "conformance", "audit", *locals_of(directories)],
-                               stdout=subprocess.DEVNULL, stderr=terminal, cwd=tmp_path, env=environment)
-    os.close(terminal)
-    seen = b""
-    while select.select([controller], [], [], 60)[0]:
-        try:
-            chunk = os.read(controller, 65536)
-        except OSError:  # the process closed the terminal
-            break
-        if not chunk:
-            break
-        seen += chunk
-    assert process.wait(timeout=60) == exit_codes.OK
-    os.close(controller)
-    text = seen.decode("utf-8", "replace")
+    status, text = stderr_on_a_terminal([sys.executable, "-m", "conformance", "audit", *locals_of(directories)],
+                                        tmp_path, environment)
+    assert status == exit_codes.OK
     assert f"/{len(directories)}" in text and "━" in text  # rich's bar and its count
     assert f"[1/{len(directories)}]" not in text  # no log lines on a terminal
 
