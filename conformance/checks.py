@@ -21,7 +21,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from conformance.cases import format_path
+from conformance.case_model import Case, Mode
+from conformance.locations import format_path
 from conformance.profiles import expectation_for
 from conformance.replay import replay_chat, replay_responses
 from conformance.transcript import Transcript
@@ -137,7 +138,7 @@ def _list_of(value: Any) -> list[str]:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def expected_view(case: Any, profile: str, mode: str) -> dict[str, Any] | None:
+def expected_view(case: Case, profile: str, mode: Mode) -> dict[str, Any] | None:
     """The expected message + finish_reason for this profile and mode (stream overrides applied),
     in the shape of `message_view`; None when the profile expects an error or has no expectation."""
     expectation = expectation_for(case, profile)

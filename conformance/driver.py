@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from conformance.case_model import Case, Mode
 from conformance.checks import SkipKind
 from conformance.transcript import ServerStamp, SseLine, Transcript
 
@@ -161,7 +162,7 @@ async def fetch_server_version(clients: Clients, target: Target, probe: VersionP
         return None
 
 
-def request_body(case: Any, mode: str, model: str, forcing: Mapping[str, Any] | None) -> dict[str, Any]:
+def request_body(case: Case, mode: Mode, model: str, forcing: Mapping[str, Any] | None) -> dict[str, Any]:
     """The JSON body for one case in one mode: the case's request plus model, stream and forcing.
     For `endpoint: responses`, `messages` become `input` and everything else is sent as given (the
     case loader already flattened the tools; cases/README.md). A preflight has no body: its
@@ -268,8 +269,8 @@ def _describe(exc: BaseException, timeout: float) -> str:
 async def send(
     clients: Clients,
     target: Target,
-    case: Any,
-    mode: str,
+    case: Case,
+    mode: Mode,
     *,
     forcing: Mapping[str, Any] | None,
     natural: bool = False,

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from conformance.cases import MODES
+from conformance.case_model import MODES, Case, Mode
 from conformance.checks import Check, shape_failure, shape_problems, SkipKind
 from conformance.judge import judge
 from conformance.markers import DEFAULT_MARKERS, template_markers
@@ -58,12 +58,12 @@ class RunOutput:
     transcripts: list[Transcript]  # in the order they were recorded (as in transcripts.jsonl)
 
 
-def request_count(cases: Sequence[Any], repeat: int = 1) -> int:
+def request_count(cases: Sequence[Case], repeat: int = 1) -> int:
     """How many requests (and so results) a run of `cases` makes."""
     return sum(len(case_modes(case)) for case in cases) * repeat
 
 
-def case_modes(case: Any) -> tuple[str, ...]:
+def case_modes(case: Case) -> tuple[Mode, ...]:
     wanted = tuple(case.modes or MODES)
     return tuple(mode for mode in MODES if mode in wanted)  # non-stream first: the stream is judged against it
 
@@ -85,7 +85,7 @@ def markers_for_checkpoint(checkpoint: Path | None) -> tuple[str, ...]:
     return template_markers(config.get("response_template"))
 
 
-def known_profiles(cases: Iterable[Any]) -> set[str]:
+def known_profiles(cases: Iterable[Case]) -> set[str]:
     """Profiles a run can judge: the profile records (conformance.profiles) and every case expectation's."""
     return set(PROFILES) | {profile for case in cases for profile in case.expect}
 
@@ -102,7 +102,7 @@ def served_variant(target: Target) -> str:
     return target.fixture_variant or profile_record(target.profile).fixture_variant
 
 
-def other_variant(case: Any, target: Target) -> NotSent | None:
+def other_variant(case: Case, target: Target) -> NotSent | None:
     """The skip of a case that needs another checkpoint variant than the target serves (None: it runs).
     A case naming no variant needs the profile record's."""
     needed, served = case.fixture_variant or profile_record(target.profile).fixture_variant, served_variant(target)
@@ -111,7 +111,7 @@ def other_variant(case: Any, target: Target) -> NotSent | None:
     return NotSent("other_fixture_variant", f"needs the tiny checkpoint's {needed!r} variant; this run serves {served!r}")
 
 
-def select_cases(cases: Iterable[Any], ids: Sequence[str] = (), features: Sequence[str] = ()) -> list[Any]:
+def select_cases(cases: Iterable[Case], ids: Sequence[str] = (), features: Sequence[str] = ()) -> list[Case]:
     """Cases whose id is in `ids` (if given) and that carry one of `features` (if given)."""
     cases = list(cases)
     unknown = sorted(set(ids) - {case.id for case in cases})
@@ -124,7 +124,7 @@ def select_cases(cases: Iterable[Any], ids: Sequence[str] = (), features: Sequen
     ]
 
 
-def judge_group(case: Any, by_mode: dict[str, Transcript], markers: Sequence[str],
+def judge_group(case: Case, by_mode: dict[str, Transcript], markers: Sequence[str],
                 allowed_skips: Collection[str] = ()) -> list[CaseResult]:
     """Results for one (case, profile, repeat): each mode judged, the stream against the non-stream;
     a skip of a kind in `allowed_skips` (or declared by the case) is allowed."""
@@ -158,7 +158,7 @@ class NotSent:
     reason: str
 
 
-async def _forcing_for(case: Any, target: Target, natural: bool,
+async def _forcing_for(case: Case, target: Target, natural: bool,
                        tokenizer: Callable[[], Any]) -> tuple[dict[str, Any] | None, NotSent | None]:
     """(extra body fields that force the case's output, or None; why it is not sent, or None).
     `tokenizer()` is the run's tokenizer of the profile's forcing method."""
@@ -189,7 +189,7 @@ async def _forcing_for(case: Any, target: Target, natural: bool,
     return forcing, NotSent(None, target.forcing_error) if target.forcing_error else None
 
 
-async def resolve_forcing(target: Target, cases: Sequence[Any], natural: bool) -> Target:
+async def resolve_forcing(target: Target, cases: Sequence[Case], natural: bool) -> Target:
     """Settle `target.can_force` once per run: when unknown (None) and some case is forced, one small
     forced request tells whether the server honours forced outputs with canonical tokens. A probe
     that cannot tell (an HTTP error about the setup, no answer, an answer that is not JSON) sets
@@ -225,7 +225,7 @@ def _probe_failure(exc: BaseException, timeout: float) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def verify_forcing(tokenizer: ServerTokenizer, case: Any, transcript: Transcript, markers: Sequence[str]) -> list[str] | None:
+def verify_forcing(tokenizer: ServerTokenizer, case: Case, transcript: Transcript, markers: Sequence[str]) -> list[str] | None:
     """Problems with a forced output that came back (see `conformance.forcing.verify_forced_output`),
     checking through the server's `tokenizer` (a `ServerTokenizer`, one per run) that each of `markers`
     in the text was emitted as its single token; None when it cannot be verified (no token ids, no
@@ -269,7 +269,7 @@ async def _verify_within(timeout: float, verify: Callable[[], Verified]) -> Veri
         return None
 
 
-def _not_sent(case: Any, target: Target, mode: str, repeat: int, why: NotSent,
+def _not_sent(case: Case, target: Target, mode: Mode, repeat: int, why: NotSent,
               forcing: dict[str, Any] | None) -> Transcript:
     """The transcript of a request not sent: a skip, or an error recorded with the request it stands for."""
     if why.kind is not None:
@@ -287,7 +287,7 @@ def _progress_line(result: CaseResult) -> str:
 
 
 async def run_async(
-    cases: Sequence[Any],
+    cases: Sequence[Case],
     target: Target,
     out_dir: Path | None,
     *,
@@ -322,7 +322,7 @@ async def run_async(
         tokenizer = functools.cache(lambda: method.tokenizer(target.root_url, target.model, target.api_key,
                                                              target.timeout))
 
-        async def one_request(case: Any, mode: str, repeat_index: int, forcing: dict[str, Any] | None,
+        async def one_request(case: Case, mode: Mode, repeat_index: int, forcing: dict[str, Any] | None,
                               not_sent: NotSent | None) -> Transcript:
             """Send, verify a forced answer (in the same slot), then record the transcript at once: a run
             that is interrupted or killed keeps every answer that came back."""
@@ -340,7 +340,7 @@ async def run_async(
                 writers[0].write(transcript.to_dict())
             return transcript
 
-        async def one_case(case: Any, repeat_index: int) -> None:
+        async def one_case(case: Case, repeat_index: int) -> None:
             modes = case_modes(case)
             forcing, not_sent = await _forcing_for(case, target, natural, tokenizer)  # the same for every mode
             recorded = await asyncio.gather(*(one_request(case, mode, repeat_index, forcing, not_sent)
@@ -393,7 +393,7 @@ def collector_tuned_for_a_run() -> Iterator[None]:
         gc.unfreeze()
 
 
-def run(cases: Sequence[Any], target: Target, out_dir: Path | None, **options: Any) -> RunOutput:
+def run(cases: Sequence[Case], target: Target, out_dir: Path | None, **options: Any) -> RunOutput:
     """Synchronous entry point (see `run_async` for the options)."""
     outputs: list[RunOutput] = []
 
@@ -407,7 +407,7 @@ def run(cases: Sequence[Any], target: Target, out_dir: Path | None, **options: A
 
 def recheck(
     transcripts: Sequence[Transcript],
-    cases: Sequence[Any],
+    cases: Sequence[Case],
     *,
     markers: Sequence[str] = DEFAULT_MARKERS,
     allowed_skips: Collection[str] = (),
@@ -432,7 +432,7 @@ def recheck(
     return results
 
 
-def _recording_mismatch(case: Any, transcript: Transcript) -> str | None:
+def _recording_mismatch(case: Case, transcript: Transcript) -> str | None:
     """Why a recorded transcript cannot be judged against `case` (None: it can)."""
     if case is None:
         return f"case {transcript.case_id!r} is not in the case set"

@@ -86,7 +86,7 @@ def load_expectations(path: Path) -> list[Acknowledgement]:
     import jsonschema
 
     from conformance import safe_yaml
-    from conformance.cases import format_path, node_line
+    from conformance.locations import format_path, node_line
     from conformance.checkpoints import load_schema
 
     try:

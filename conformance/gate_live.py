@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.cases import PREFLIGHT_MODES, Case
+from conformance.case_model import PREFLIGHT_MODES, Case
 from conformance.driver import Target, make_clients, send
 from conformance.engine import RunOutput, markers_for_checkpoint, run_async, write_reports
 from conformance.gate import Recording

@@ -50,9 +50,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from conformance.case_model import Case, ExpectedError, Mode
 from conformance.wire import Message, ToolCall
 
-Mode = Literal["non-stream", "stream"]
 Endpoint = Literal["chat", "responses"]
 LIMIT_KEYS: dict[Endpoint, tuple[str, ...]] = {"chat": ("max_completion_tokens", "max_tokens"),
                                                "responses": ("max_output_tokens",)}
@@ -274,7 +274,7 @@ def _as_transcript(case_id: str, mode: Mode, refused: Refusal) -> Any:
                       error_body={"error": {"message": refused.message, "param": refused.param}})
 
 
-def judge_expectation(case: Any, mode: Mode, prediction: Prediction) -> Any:
+def judge_expectation(case: Case, mode: Mode, prediction: Prediction) -> Any:
     """The prediction judged as an answer against the case's `hf` expectation (a checks.Check)."""
     from conformance.checks import FAIL, Check, check_expected_error, check_expected_message, expected_view
     from conformance.profiles import expectation_for
@@ -291,7 +291,6 @@ def judge_expectation(case: Any, mode: Mode, prediction: Prediction) -> Any:
 
 def judge_recording(transcript: Any, prediction: Prediction) -> Any:
     """A recorded hf answer judged against the prediction taken as its expectation (a checks.Check)."""
-    from conformance.cases import ExpectedError
     from conformance.checks import FAIL, Check, check_expected_error, check_expected_message
     from conformance.wire import message_view, read_stream, response_message
 

@@ -5,8 +5,8 @@ Pure: recorded transcripts in, `Check`s out, so a run can be judged again offlin
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
+from conformance.case_model import Case
 from conformance.checks import (
     ERROR,
     EXPECTATION,
@@ -43,7 +43,7 @@ from conformance.wire import Message, error_object, error_text, read_stream, res
 
 
 def judge(
-    case: Any,
+    case: Case,
     transcript: Transcript,
     *,
     companion: Transcript | None = None,
@@ -141,7 +141,7 @@ def _no_responses_api(transcript: Transcript) -> bool:
     return error.get("param") != "model" and "model" not in str(error.get("message") or error.get("detail") or "").lower()
 
 
-def judge_preflight(case: Any, transcript: Transcript) -> list[Check]:
+def judge_preflight(case: Case, transcript: Transcript) -> list[Check]:
     """A CORS preflight: an answer must have come (5xx included: CORS is answered before the app),
     then status, headers and body are compared with the profile's expectation."""
     if transcript.transport_error or transcript.status is None or transcript.response is None:
@@ -183,7 +183,7 @@ def _compare_refusals(stream: Transcript, non_stream: Transcript) -> Check:
     )
 
 
-def _compare_with_companion(case: Any, stream: Transcript, message: Message, companion: Transcript) -> Check:
+def _compare_with_companion(case: Case, stream: Transcript, message: Message, companion: Transcript) -> Check:
     if companion.skip_reason or companion.transport_error:
         return Check("stream_equals_non_stream", SKIP, reason="no usable non-streaming transcript to compare")
     if companion.status is not None and companion.status >= 400:

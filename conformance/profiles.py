@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from conformance.case_model import Case, Expectation
 from conformance.forcing import (
     ForcingUnsupported,
     ServerTokenizer,
@@ -81,7 +82,7 @@ class ForcingMethod(Protocol):
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> Any: ...
 
-    def verify(self, tokenizer: Any, case: Any, transcript: Any, markers: Sequence[str]) -> list[str] | None: ...
+    def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None: ...
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None: ...
 
@@ -103,7 +104,7 @@ class RegexForcing:
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
         return ServerTokenizer(root_url, model, api_key, timeout)
 
-    def verify(self, tokenizer: Any, case: Any, transcript: Any, markers: Sequence[str]) -> list[str] | None:
+    def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
         from conformance.engine import verify_forcing  # the engine's reading of token ids from answers
 
         return verify_forcing(tokenizer, case, transcript, markers)
@@ -133,7 +134,7 @@ class TokenGrammarForcing:
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
         return ServerTokenizer(root_url, model, api_key, timeout)
 
-    def verify(self, tokenizer: Any, case: Any, transcript: Any, markers: Sequence[str]) -> list[str] | None:
+    def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
         return RegexForcing().verify(tokenizer, case, transcript, markers)
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None:
@@ -158,7 +159,7 @@ class NoForcing:
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
         raise ForcingUnsupported(self.reason)
 
-    def verify(self, tokenizer: Any, case: Any, transcript: Any, markers: Sequence[str]) -> list[str] | None:
+    def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
         return None
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None:
@@ -189,7 +190,7 @@ class SequenceBiasForcing:
 
         return CheckpointTokenizer(model)
 
-    def verify(self, tokenizer: Any, case: Any, transcript: Any, markers: Sequence[str]) -> list[str] | None:
+    def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
         from conformance.sequence_bias import verify_transcript
 
         try:
@@ -470,7 +471,7 @@ def expectation_chain(name: str) -> tuple[str, ...]:
     return (name, *profile_record(name).expectation_fallback)
 
 
-def expectation_for(case: Any, name: str) -> Any:
+def expectation_for(case: Case, name: str) -> Expectation | None:
     """The case's expectation for profile `name`: its own, else the first of its fallbacks the case
     has (None: the case expects nothing of this profile)."""
     return next((case.expect[n] for n in expectation_chain(name) if n in case.expect), None)

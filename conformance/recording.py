@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from conformance.case_model import Case
 from conformance.transcript import TranscriptError, iter_json_lines
 
 RUN_FORMAT = "conformance-run/1"
@@ -31,7 +32,7 @@ class RecordingError(TranscriptError):
     """A recording that cannot be read; the message names the file and line."""
 
 
-def case_digest(cases: Sequence[Any]) -> str:
+def case_digest(cases: Sequence[Case]) -> str:
     """sha256 over the case definitions that decide what is sent and expected (not where they live):
     two runs with the same digest ran the same cases."""
     digest = hashlib.sha256()
@@ -45,7 +46,7 @@ def case_digest(cases: Sequence[Any]) -> str:
 _DEFINITION_LINES: dict[int, tuple[Any, bytes]] = {}
 
 
-def _definition_line(case: Any) -> bytes:
+def _definition_line(case: Case) -> bytes:
     known = _DEFINITION_LINES.get(id(case))
     if known is not None and known[0] is case:
         return known[1]
@@ -61,7 +62,7 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def make_header(file: RecordingFile, *, cases: Sequence[Any], markers: Sequence[str], server: Mapping[str, Any],
+def make_header(file: RecordingFile, *, cases: Sequence[Case], markers: Sequence[str], server: Mapping[str, Any],
                 created_at: str) -> dict[str, Any]:
     """The first record of a run's `file` (server: a `ServerStamp` as a dict)."""
     from conformance import __version__
@@ -106,7 +107,7 @@ def _problem(definition: str, record: Any) -> str | None:
     errors = sorted(_validator(definition).iter_errors(record), key=lambda e: (len(e.absolute_path), e.message))
     if not errors:
         return None
-    from conformance.cases import format_path
+    from conformance.locations import format_path
 
     error = errors[0]
     where = format_path(list(error.absolute_path))

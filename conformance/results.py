@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import exit_codes
+from conformance.case_model import Case, Mode
 from conformance.checks import BLOCKING_KINDS, ERROR, FAIL, FINDING, PASS, SCHEMA, SKIP, Check, SkipKind
 from conformance.transcript import Transcript, TranscriptError
 
@@ -32,7 +33,7 @@ RESULTS_FILE = "results.jsonl"
 @dataclass
 class CaseResult:
     case_id: str
-    mode: str
+    mode: Mode
     profile: str
     outcome: str
     reason: str = ""
@@ -87,7 +88,7 @@ def outcome_of(checks: Sequence[Check]) -> tuple[str, str, SkipKind | None]:
 ALWAYS_ALLOWED_SKIPS = frozenset({"declared", "other_fixture_variant"})
 
 
-def make_result(case: Any, transcript: Transcript, checks: list[Check],
+def make_result(case: Case, transcript: Transcript, checks: list[Check],
                 allowed_skips: Collection[str] = ()) -> CaseResult:
     """The result of one judged transcript; a skip is allowed when declared or its kind is in `allowed_skips`."""
     outcome, reason, skip_kind = outcome_of(checks)

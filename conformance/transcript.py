@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from conformance.case_model import Mode
 
 TRANSCRIPTS_FILE = "transcripts.jsonl"
 
@@ -44,7 +45,7 @@ class SseLine:
 @dataclass
 class Transcript:
     case_id: str
-    mode: str  # one of conformance.cases.MODES
+    mode: Mode
     profile: str
     endpoint: str  # "chat" | "responses" | "preflight"
     server: ServerStamp

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.cases import MESSAGE_FIELDS
+from conformance.case_model import MESSAGE_FIELDS
 from conformance.transcript import Transcript
 
 

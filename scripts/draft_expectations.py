@@ -31,7 +31,8 @@ from typing import Any
 
 import yaml
 
-from conformance.cases import CaseFileError, _build_expectation, load_suite
+from conformance.case_model import build_expectation
+from conformance.cases import CaseFileError, load_suite
 from conformance.engine import judge_group, markers_for_checkpoint
 from conformance.transcript import Transcript, TranscriptError, group_by_key, read_transcripts
 from conformance.wire import Message, error_object, read_stream, response_message
@@ -114,7 +115,7 @@ def draft_case(case: Any, profile: str, groups: Sequence[Mapping[str, Transcript
                   if name != profile and expectation.skip is None
                   and not _problems(case, profile, expectation, groups, markers))
     drafted = draft_of(groups[0])
-    problems = _problems(case, profile, _build_expectation(drafted), groups, markers)
+    problems = _problems(case, profile, build_expectation(drafted), groups, markers)
     return Draft(case, holds, drafted, tuple(problems))
 
 

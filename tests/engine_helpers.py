@@ -8,7 +8,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from conformance.cases import Case, load_suite
+from conformance.case_model import Case
+from conformance.cases import load_suite
 from conformance.profiles import expectation_for, profile_record
 from conformance.transcript import ServerStamp, SseLine, Transcript
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance.cases import Case, Expectation, ExpectedMessage, ExpectedToolCall
+from conformance.case_model import Case, Expectation, ExpectedMessage, ExpectedToolCall
 from conformance.driver import Target
 from conformance.engine import run
 from conformance.fixture import MARKER_TOKENS

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from conformance.cases import MESSAGE_FIELDS
+from conformance.case_model import MESSAGE_FIELDS
 from conformance.wire import Message, error_text, message_view
 
 ClientOutcome = Literal["same", "lost", "changed", "raised", "not_run"]

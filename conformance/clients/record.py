@@ -118,7 +118,7 @@ def read_recording(path: Path) -> tuple[dict[str, Any], list[ClientFinding], lis
 def _check(path: Path, number: int, definition: str, record: dict[str, Any]) -> None:
     errors = sorted(_validator(definition).iter_errors(record), key=lambda e: (len(e.absolute_path), e.message))
     if errors:
-        from conformance.cases import format_path
+        from conformance.locations import format_path
 
         where = format_path(list(errors[0].absolute_path))
         raise RecordingError(f"{path}:{number}: not a client {definition}: "
