@@ -5,7 +5,7 @@ second core mostly idle: the four of tests/test_template_vs_vllm_033.py took 82 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,14 +21,17 @@ class StartupOutcome:
     server_error: str | None  # the server's own error line, when it did not start
     tree: tuple[int, ...] = ()  # the server and its descendants while it was up
     left_alive: tuple[int, ...] = ()  # those still alive once it was stopped
+    answer: object = None  # what `while_up` got from it, when it started
 
 
 class StartupAttempts:
     """`attempts`: key -> (profile, model); `outcome(key)` starts them all on first use (each stopped
-    again as `conformance.server.launch` stops it) and gives that key's outcome."""
+    again as `conformance.server.launch` stops it) and gives that key's outcome. `while_up`, if given,
+    is asked of each server that started, before it is stopped (its answer is the outcome's)."""
 
-    def __init__(self, attempts: Mapping[Hashable, tuple[Profile, Path]], log_dir: Path) -> None:
-        self.attempts, self.log_dir = dict(attempts), log_dir
+    def __init__(self, attempts: Mapping[Hashable, tuple[Profile, Path]], log_dir: Path,
+                 while_up: Callable[[Server], object] | None = None) -> None:
+        self.attempts, self.log_dir, self.while_up = dict(attempts), log_dir, while_up
         self.outcomes: dict[Hashable, StartupOutcome] = {}
         self.attempted = False
 
@@ -48,8 +51,10 @@ class StartupAttempts:
             for key, healthy in waited.items():
                 if isinstance(healthy, Server):
                     tree = (healthy.pid, *descendant_pids(healthy.pid))
+                    answer = self.while_up(healthy) if self.while_up is not None else None
                     processes[key].stop()
-                    self.outcomes[key] = StartupOutcome(True, None, tree, tuple(pid for pid in tree if pid_alive(pid)))
+                    self.outcomes[key] = StartupOutcome(True, None, tree, tuple(pid for pid in tree if pid_alive(pid)),
+                                                        answer)
                 else:
                     self.outcomes[key] = StartupOutcome(False, healthy.server_error)
         finally:  # whatever went wrong, no server of the wave outlives it (stop is idempotent)

@@ -21,7 +21,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conformance import server
 from conformance.audit_rust import (
     RUST_CONFIGURATIONS,
     SUBMIT_PREFIX,
@@ -30,10 +29,12 @@ from conformance.audit_rust import (
     frontend_template_error,
 )
 from conformance.fixture import build_fixture
-from conformance.profiles import PROFILES
+from conformance.profiles import PROFILES, Profile
 from conformance.runtimes.vllm_rs import ensure_binary
+from conformance.server import Server
 from conformance.template import analyze_template_unbounded
 from tests.audit_helpers import QWEN3_STYLE, mutation_corpus
+from tests.startup_attempts import StartupAttempts
 from tests.vllm_decides import TokenizerStandIn
 from tests.vllm_rs_render import RenderFrontend
 
@@ -149,9 +150,11 @@ SERVED = {  # checkpoint (its response_template, None: none) and configuration, 
 }
 
 
-def _chat(base_url: str, model: str) -> tuple[int, str | None]:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}).encode()
-    request = urllib.request.Request(f"{base_url}/chat/completions", data=body,
+def _chat(running: Server) -> tuple[int, str | None]:
+    """(status, error message) of one small chat request to a running server."""
+    body = json.dumps({"model": running.model, "messages": [{"role": "user", "content": "hi"}],
+                       "max_tokens": 2}).encode()
+    request = urllib.request.Request(f"{running.base_url}/chat/completions", data=body,
                                      headers={"content-type": "application/json"})
     try:
         with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=120) as response:
@@ -160,23 +163,41 @@ def _chat(base_url: str, model: str) -> tuple[int, str | None]:
         return error.code, json.loads(error.read())["error"]["message"]
 
 
-@pytest.mark.parametrize("case", sorted(SERVED))
-def test_real_serve_does_what_was_predicted(case: str, tmp_path: Path) -> None:
-    template, configuration = SERVED[case]
-    checkpoint = build_fixture(tmp_path / "checkpoint")
+def _checkpoint_config(directory: Path, template: dict | None) -> tuple[Path, dict]:
+    """The tiny checkpoint in `directory` with `template` as its response_template (None: none), and its config."""
+    checkpoint = build_fixture(directory)
     config = json.loads((checkpoint / "tokenizer_config.json").read_text())
     config.pop("response_template")
     if template is not None:
         config["response_template"] = template
     (checkpoint / "tokenizer_config.json").write_text(json.dumps(config))
-    predicted = analyze_template_unbounded(config).vllm_0_32_rust[configuration]
+    return checkpoint, config
+
+
+def _rust_profile(configuration: str) -> Profile:
     rust = PROFILES["hf-rust"]
-    profile = dataclasses.replace(rust, launch=dataclasses.replace(rust.launch, flags=FLAGS[configuration]))
-    try:
-        with server.launch(profile, checkpoint, log_dir=tmp_path, timeout=300) as running:
-            status, message = _chat(running.base_url, running.model)
-    except server.ServerStartError as error:
-        assert predicted == RustVerdict("refuses_to_start", error.server_error), error
+    return dataclasses.replace(rust, launch=dataclasses.replace(rust.launch, flags=FLAGS[configuration]))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[StartupAttempts, dict[str, dict]]:
+    """Every SERVED checkpoint on real `vllm-rs serve`, all started together (as many as memory holds),
+    one chat request to each that started; and each checkpoint's tokenizer config."""
+    attempts, configs = {}, {}
+    for case, (template, configuration) in SERVED.items():
+        checkpoint, configs[case] = _checkpoint_config(tmp_path_factory.mktemp("served") / "checkpoint", template)
+        attempts[case] = (_rust_profile(configuration), checkpoint)
+    return StartupAttempts(attempts, tmp_path_factory.mktemp("served-logs"), while_up=_chat), configs
+
+
+@pytest.mark.parametrize("case", sorted(SERVED))
+def test_real_serve_does_what_was_predicted(case: str, served: tuple[StartupAttempts, dict[str, dict]]) -> None:
+    attempts, configs = served
+    predicted = analyze_template_unbounded(configs[case]).vllm_0_32_rust[SERVED[case][1]]
+    outcome = attempts.outcome(case)
+    if not outcome.started:
+        assert predicted == RustVerdict("refuses_to_start", outcome.server_error), outcome
         return
+    status, message = outcome.answer
     actual = RustVerdict("starts", None) if status == 200 else RustVerdict("starts_but_refuses_requests", message, status)
     assert predicted == actual
