@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from conformance.fixture import build_fixture
-from conformance.server import PROFILES, start
+from conformance.profiles import PROFILES
+from conformance.server import start
 
 
 def measure(profiles: list[str], model: Path, log_dir: Path) -> dict[str, float]:

@@ -349,8 +349,9 @@ async def run_async(
             results.extend(judged)
             if writers:
                 writers[1].write_all(result.to_dict() for result in judged)  # one flush for the case's modes
-            for result in judged if bar is not None else ():
-                bar.advance(f"{result.name} {result.outcome}", _progress_line(result))
+            if bar is not None:
+                for result in judged:
+                    bar.advance(f"{result.name} {result.outcome}", _progress_line(result))
 
         tasks = [asyncio.ensure_future(one_case(case, r)) for r in range(repeat) for case in cases]
         try:
@@ -432,7 +433,7 @@ def recheck(
     return results
 
 
-def _recording_mismatch(case: Case, transcript: Transcript) -> str | None:
+def _recording_mismatch(case: Case | None, transcript: Transcript) -> str | None:
     """Why a recorded transcript cannot be judged against `case` (None: it can)."""
     if case is None:
         return f"case {transcript.case_id!r} is not in the case set"

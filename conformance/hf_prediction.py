@@ -280,6 +280,7 @@ def judge_expectation(case: Case, mode: Mode, prediction: Prediction) -> Any:
     from conformance.profiles import expectation_for
 
     expectation = expectation_for(case, "hf")
+    assert expectation is not None, f"case {case.id} has no hf expectation to judge the prediction against"
     if expectation.error is not None:
         if isinstance(prediction, Message):
             return Check("expected_error", FAIL, reason="predicted an answer, expected a refusal")

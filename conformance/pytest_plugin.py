@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from conformance.case_model import Case
+from conformance.case_model import Case, Mode
 from conformance.checks import SKIP_KINDS
 from conformance.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
 
@@ -173,7 +173,7 @@ class ConformanceSuite(pytest.Collector):
 
 
 class ConformanceItem(pytest.Item):
-    def __init__(self, *, case: Case, mode: str, **kwargs: Any) -> None:
+    def __init__(self, *, case: Case, mode: Mode, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.case, self.mode = case, mode
         for tag in case.features:

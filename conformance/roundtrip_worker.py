@@ -61,7 +61,7 @@ def serve() -> None:
     """Child side: read one job from stdin, write its RoundTripResult as JSON to stdout."""
     from hypothesis.configuration import set_hypothesis_home_dir
 
-    from conformance.template_worker import limit_memory
+    from conformance.limits import limit_memory
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this ends
     limit_memory(MEMORY_BYTES)

@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from conformance.limits import limit_memory
 from conformance.template import (
     WORKER_MEMORY_BYTES,
     TemplateAnalysis,
@@ -63,15 +64,6 @@ def serve_worker() -> None:
                                    f"{WORKER_MEMORY_BYTES // 2**20} MiB (a regex too expensive to compile)"))
         except Exception as exc:  # report, never die: the next template deserves an answer
             _write_frame(answers, ("error", f"{type(exc).__name__}: {exc}"))
-
-
-def limit_memory(limit: int) -> None:
-    """Cap this process's address space at `limit` (or the lower limit it already has)."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    capped = min([limit, *(value for value in (soft, hard) if value != resource.RLIM_INFINITY)])
-    resource.setrlimit(resource.RLIMIT_AS, (capped, hard))
 
 
 class BoundedWorker:

@@ -21,7 +21,13 @@ class StartupOutcome:
     server_error: str | None  # the server's own error line, when it did not start
     tree: tuple[int, ...] = ()  # the server and its descendants while it was up
     left_alive: tuple[int, ...] = ()  # those still alive once it was stopped
-    answer: object = None  # what `while_up` got from it, when it started
+    answer: object = None  # what `while_up` got from it, when it started (or the exception it raised)
+
+    def asked(self) -> object:
+        """What `while_up` got from the server; the exception it raised is raised here, in this key's test."""
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
 
 
 class StartupAttempts:
@@ -45,13 +51,22 @@ class StartupAttempts:
                 self._start_and_judge(keys[first:first + wave])
         return self.outcomes[key]
 
+    def _ask(self, server: Server) -> object:
+        """`while_up(server)`, or the exception it raised (one server's trouble fails its own test only)."""
+        if self.while_up is None:
+            return None
+        try:
+            return self.while_up(server)
+        except Exception as error:
+            return error
+
     def _start_and_judge(self, keys: list[Hashable]) -> None:
         processes, waited = start_together({key: self.attempts[key] for key in keys}, self.log_dir)
         try:
             for key, healthy in waited.items():
                 if isinstance(healthy, Server):
                     tree = (healthy.pid, *descendant_pids(healthy.pid))
-                    answer = self.while_up(healthy) if self.while_up is not None else None
+                    answer = self._ask(healthy)
                     processes[key].stop()
                     self.outcomes[key] = StartupOutcome(True, None, tree, tuple(pid for pid in tree if pid_alive(pid)),
                                                         answer)

@@ -198,6 +198,6 @@ def test_real_serve_does_what_was_predicted(case: str, served: tuple[StartupAtte
     if not outcome.started:
         assert predicted == RustVerdict("refuses_to_start", outcome.server_error), outcome
         return
-    status, message = outcome.answer
+    status, message = outcome.asked()
     actual = RustVerdict("starts", None) if status == 200 else RustVerdict("starts_but_refuses_requests", message, status)
     assert predicted == actual

@@ -32,3 +32,13 @@ def test_the_benchmark_prints_both_ratios_with_their_goals_and_exits_by_them(tmp
     assert (f"tool CPU / bare client CPU: {vs_bare:.2f} (goal <= 1.0); "
             f"tool CPU / its sending alone: {vs_sending:.2f} (goal <= 1.5)") in completed.stdout
     assert completed.returncode == (0 if vs_bare <= 1.0 and vs_sending <= 1.5 else 1)
+
+
+@pytest.mark.parametrize("script", sorted(path.name for path in BENCHMARK.parent.glob("*.py")))
+def test_every_benchmark_script_imports_and_explains_itself(script: str) -> None:
+    """Each benchmark starts (its imports resolve) and its --help says what it measures: one had
+    imported a name its module no longer defined, which nothing ran until someone measured with it."""
+    done = subprocess.run([sys.executable, str(BENCHMARK.parent / script), "--help"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage:") and len(done.stdout.splitlines()) > 3

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance import exit_codes
 from conformance.cli import main
 from conformance.results import read_results
 from tests.engine_helpers import load_cases
@@ -32,7 +33,7 @@ def run_arguments(base_url: str, cases_dir: Path, out: Path) -> list[str]:
 
 def test_a_log_gets_one_line_per_result_with_the_reason_of_what_did_not_pass(cases_dir, tmp_path, capsys) -> None:
     with fake_server() as server:
-        main(run_arguments(server.base_url, cases_dir, tmp_path / "out"))
+        status = main(run_arguments(server.base_url, cases_dir, tmp_path / "out"))
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.startswith("[")]
     results = read_results(tmp_path / "out" / "results.jsonl")
@@ -46,13 +47,15 @@ def test_a_log_gets_one_line_per_result_with_the_reason_of_what_did_not_pass(cas
         assert f": {result.outcome}" in line
     assert {result.outcome for result in results} >= {"pass", "skip"}
     assert "[1/" not in captured.out
+    assert status == exit_codes.ERROR  # skips of kinds not allowed: the verdict the progress lines lead to
 
 
 def test_a_terminal_gets_a_bar_whose_labels_keep_their_brackets(cases_dir, tmp_path) -> None:
     with fake_server() as server:
-        _, text = stderr_on_a_terminal([sys.executable, "-m", "conformance",
+        status, text = stderr_on_a_terminal([sys.executable, "-m", "conformance",
                                         *run_arguments(server.base_url, cases_dir, tmp_path / "out")],
                                        tmp_path, {**os.environ, "COLUMNS": "200"})
+    assert status == exit_codes.ERROR
     total = len(read_results(tmp_path / "out" / "results.jsonl"))
     assert "━" in text and f"/{total}" in text  # rich's bar and its count
     assert "[non-stream]" in text or "[stream]" in text  # a label is shown as written, not read as markup
