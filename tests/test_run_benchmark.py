@@ -32,6 +32,11 @@ def test_the_benchmark_prints_both_ratios_with_their_goals_and_exits_by_them(tmp
     assert (f"tool CPU / bare client CPU: {vs_bare:.2f} (goal <= 1.0); "
             f"tool CPU / its sending alone: {vs_sending:.2f} (goal <= 1.5)") in completed.stdout
     assert completed.returncode == (0 if vs_bare <= 1.0 and vs_sending <= 1.5 else 1)
+    own, allowed = measured["tool_own_cpu_seconds"], measured["goals_allow_own_cpu_seconds"]
+    assert own == pytest.approx(tool - sending, abs=0.002)
+    assert allowed == pytest.approx(min(bare, 1.5 * sending) - sending, abs=0.002)
+    assert f"the tool's own work beyond its sending: {own:.2f} s of CPU; the goals leave it {allowed:.2f} s" \
+        in completed.stdout
 
 
 @pytest.mark.parametrize("script", sorted(path.name for path in BENCHMARK.parent.glob("*.py")))
