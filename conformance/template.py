@@ -57,7 +57,6 @@ _PLACEHOLDER = regex.compile(r"\{(\w+(?:\.\w+)*)\}")
 
 REGEX_SEARCH_TIMEOUT_S = 0.2
 ANALYSIS_TIMEOUT_S = 20.0
-WORKER_MEMORY_BYTES = 1024 * 1024 * 1024  # address space of the analysis worker (a regex can ask for gigabytes)
 _PROBE_RUN_LENGTH = 2000
 _SHOWN_PATTERN_CHARS = 40
 
@@ -98,7 +97,8 @@ class TemplateAnalysisTimeout(RuntimeError):
 
 
 class TemplateTooExpensive(RuntimeError):
-    """The analysis of one template needed more memory than the worker may have (WORKER_MEMORY_BYTES)."""
+    """The analysis of one template needed more memory than the worker may have
+    (`conformance.template_worker.WORKER_MEMORY_BYTES`)."""
 
 
 # --- the loader, mirrored from vllm/parser/chat_parsing/response_templates.py -------------------------

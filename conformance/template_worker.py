@@ -20,13 +20,13 @@ from typing import Any
 
 from conformance.limits import limit_memory
 from conformance.template import (
-    WORKER_MEMORY_BYTES,
     TemplateAnalysis,
     TemplateAnalysisTimeout,
     TemplateTooExpensive,
     analyze_template_unbounded,
 )
 
+WORKER_MEMORY_BYTES = 1024 * 1024 * 1024  # the worker's address space (a regex can ask for gigabytes)
 _FRAME_HEADER = struct.Struct(">I")
 
 

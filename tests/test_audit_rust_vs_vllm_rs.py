@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -34,6 +33,7 @@ from conformance.runtimes.vllm_rs import ensure_binary
 from conformance.server import Server
 from conformance.template import analyze_template_unbounded
 from tests.audit_helpers import QWEN3_STYLE, mutation_corpus
+from tests.server_helpers import chat
 from tests.startup_attempts import StartupAttempts
 from tests.vllm_decides import TokenizerStandIn
 from tests.vllm_rs_render import RenderFrontend
@@ -152,13 +152,9 @@ SERVED = {  # checkpoint (its response_template, None: none) and configuration, 
 
 def _chat(running: Server) -> tuple[int, str | None]:
     """(status, error message) of one small chat request to a running server."""
-    body = json.dumps({"model": running.model, "messages": [{"role": "user", "content": "hi"}],
-                       "max_tokens": 2}).encode()
-    request = urllib.request.Request(f"{running.base_url}/chat/completions", data=body,
-                                     headers={"content-type": "application/json"})
     try:
-        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=120) as response:
-            return response.status, None
+        chat(running, {"model": running.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        return 200, None
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read())["error"]["message"]
 
