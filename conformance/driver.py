@@ -146,7 +146,7 @@ async def fetch_server_version(clients: Clients, target: Target, probe: VersionP
     import httpx2
     import openai
 
-    from conformance.forcing import in_daemon_thread
+    from conformance.side_requests import in_daemon_thread
 
     if probe is None:
         return None

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import functools
 import gc
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -172,12 +172,12 @@ async def _forcing_for(case: Case, target: Target, natural: bool,
     if target.can_force is False:
         reason = f"server {target.shown_url} cannot force outputs: {target.cannot_force_reason or 'as told'}"
         return None, NotSent(target.cannot_force_kind, reason)
-    from conformance.forcing import ForcingUnsupported, TokensUnavailable, in_daemon_thread
+    from conformance.forcing import ForcingUnsupported, TokensUnavailable
 
     method = profile_record(target.profile).forcing
-    fields = lambda: method.request_fields(case.force, case.request, tokenizer())  # noqa: E731
-    try:  # a method that names tokens asks its tokenizer (a server's, a checkpoint's): in a thread, within --timeout
-        forcing = await in_daemon_thread(target.timeout, fields) if method.fields_ask_tokenizer else fields()
+    try:  # a method that names tokens asks its tokenizer (a server's, a checkpoint's): within --timeout
+        async with asyncio.timeout(target.timeout):
+            forcing = await method.request_fields(case.force, case.request, tokenizer)
     except (ForcingUnsupported, ValueError) as exc:
         return None, NotSent("unforceable_output", f"cannot force this output: {exc}")
     except (TokensUnavailable, TimeoutError) as exc:
@@ -196,12 +196,12 @@ async def resolve_forcing(target: Target, cases: Sequence[Case], natural: bool) 
     `forcing_error`: the forced cases are then errors, never skips nor assumed to be forced."""
     if target.can_force is not None or natural or all(case.force is None for case in cases):
         return target
-    from conformance.forcing import ForcingUnsupported, ServerRefused, in_daemon_thread
+    from conformance.forcing import ForcingUnsupported, ServerRefused
 
     method = profile_record(target.profile).forcing
     try:  # the probe and its verification, within --timeout
-        await in_daemon_thread(target.timeout, method.probe, target.root_url, target.model, target.timeout,
-                               target.api_key)
+        async with asyncio.timeout(target.timeout):
+            await method.probe(target.root_url, target.model, target.timeout, target.api_key)
     except ForcingUnsupported as exc:
         return replace(target, can_force=False, cannot_force_reason=target.redact(str(exc)))
     except (ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError) as exc:
@@ -225,7 +225,8 @@ def _probe_failure(exc: BaseException, timeout: float) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def verify_forcing(tokenizer: ServerTokenizer, case: Case, transcript: Transcript, markers: Sequence[str]) -> list[str] | None:
+async def verify_forcing(tokenizer: ServerTokenizer, case: Case, transcript: Transcript,
+                         markers: Sequence[str]) -> list[str] | None:
     """Problems with a forced output that came back (see `conformance.forcing.verify_forced_output`),
     checking through the server's `tokenizer` (a `ServerTokenizer`, one per run) that each of `markers`
     in the text was emitted as its single token; None when it cannot be verified (no token ids, no
@@ -250,7 +251,7 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Case, transcript: Transcrip
         limit = transcript.request.get("max_completion_tokens") or transcript.request.get("max_tokens")
         truncated = (message is not None and message.finish_reason == "length") or bool(
             limit and token_ids and len(token_ids) >= limit)
-        return verify_forced_output(tokenizer, case.force, token_ids, markers, truncated=truncated)
+        return await verify_forced_output(tokenizer, case.force, token_ids, markers, truncated=truncated)
     except (ForcingUnsupported, ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError):
         return None
 
@@ -258,13 +259,12 @@ def verify_forcing(tokenizer: ServerTokenizer, case: Case, transcript: Transcrip
 Verified = TypeVar("Verified")
 
 
-async def _verify_within(timeout: float, verify: Callable[[], Verified]) -> Verified | None:
-    """`verify()` (a forcing method's checks of forced answers, with their requests to its tokenizer:
-    vLLM's /tokenize and /detokenize) in a side thread within `timeout` (None: no answer in time, unverified)."""
-    from conformance.forcing import in_daemon_thread
-
+async def _verify_within(timeout: float, verify: Awaitable[Verified]) -> Verified | None:
+    """`verify` (a forcing method's checks of a forced answer, with their requests to its tokenizer:
+    vLLM's /tokenize and /detokenize) within `timeout` (None: no answer in time, unverified)."""
     try:
-        return await in_daemon_thread(timeout, verify)
+        async with asyncio.timeout(timeout):
+            return await verify
     except TimeoutError:
         return None
 
@@ -324,17 +324,18 @@ async def run_async(
 
         async def one_request(case: Case, mode: Mode, repeat_index: int, forcing: dict[str, Any] | None,
                               not_sent: NotSent | None) -> Transcript:
-            """Send, verify a forced answer (in the same slot), then record the transcript at once: a run
-            that is interrupted or killed keeps every answer that came back."""
+            """Send (in a slot), verify a forced answer (the slot freed: its requests to the tokenizer
+            need none, and holding it left fewer streams in flight, which cost CPU), then record the
+            transcript at once: a run that is interrupted or killed keeps every answer that came back."""
             if not_sent:
                 transcript = _not_sent(case, target, mode, repeat_index, not_sent, forcing)
             else:
                 async with semaphore:
                     transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
                                             repeat=repeat_index)
-                    if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
-                        transcript.forcing_problems = await _verify_within(
-                            target.timeout, lambda: method.verify(tokenizer(), case, transcript, markers))
+                if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
+                    transcript.forcing_problems = await _verify_within(
+                        target.timeout, method.verify(tokenizer(), case, transcript, markers))
             transcripts.append(transcript)
             if writers:
                 writers[0].write(transcript.to_dict())

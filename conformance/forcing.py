@@ -11,7 +11,7 @@ Where a regex cannot force (vLLM's Rust frontend: llguidance refuses the added t
 their text lets through), `token_grammar_body(raw_text, token_ids)` forces the tokenizer's own ids
 of the text with a lark grammar naming each token; `token_grammar_text` reads the text back.
 
-A regex fixes the text, not the tokens. `verify_forced_output(tokenizer, raw_text, token_ids)`
+A regex fixes the text, not the tokens. `await verify_forced_output(tokenizer, raw_text, token_ids)`
 checks, through the server's own `/tokenize` and `/detokenize` endpoints (`ServerTokenizer`), that
 the returned ids decode to `raw_text` (a trailing stop token is allowed) and that every marker
 occurring in the text (`<think>`, `</tool_call>`, ...) is a single token and was emitted as that
@@ -20,7 +20,7 @@ and `token_ids_of_stream(chunks)` collect the ids from a response / from stream 
 
 `ForcingUnsupported` says why a server cannot force (no `token_ids` returned, the forced request
 refused with 400/422, text not honoured): the case is then skipped with that reason, never passed.
-`probe_forcing(root_url, model)` sends one small forced request to find that out up front. An HTTP
+`await probe_forcing(root_url, model)` sends one small forced request to find that out up front. An HTTP
 error that says nothing about forcing (401/403, 404 unknown model or path, 429, 5xx...) raises
 `ServerRefused` with the server's own status and message, and an answer that is not JSON raises
 `ValueError`: the probe cannot tell, which the engine reports as an `error`, never as a skip.
@@ -29,21 +29,13 @@ error that says nothing about forcing (401/403, 404 unknown model or path, 429, 
 from __future__ import annotations
 
 import asyncio
-import base64
-import concurrent.futures
-import http.client
-import io
 import json
-import queue
-import threading
-import time
 import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 from conformance.fixture import MARKER_TOKENS
+from conformance.side_requests import KeptAliveJson, http_error_text, in_daemon_thread, post_json
 
 VERIFIED_ENDPOINTS = frozenset({"chat"})  # token ids are read from Chat Completions answers only
 PROBE_TEXT = "<think>\nok\n</think>\n\nok"
@@ -66,12 +58,12 @@ class ServerRefused(Exception):
     rate limit, server error): the message is the server's own status and text."""
 
 
-def server_tokens(tokenizer: ServerTokenizer, text: str) -> list[int]:
+async def server_tokens(tokenizer: ServerTokenizer, text: str) -> list[int]:
     """The server tokenizer's ids of `text`, for a forcing method that names tokens: a server
     without /tokenize is ForcingUnsupported (this output cannot be forced so); any other failure is
     TokensUnavailable (the request is then an error, not a skip)."""
     try:
-        return tokenizer.tokenize(text)
+        return await tokenizer.tokenize(text)
     except ForcingUnsupported:
         raise
     except (ServerRefused, OSError, ValueError, LookupError, TypeError) as exc:
@@ -80,21 +72,6 @@ def server_tokens(tokenizer: ServerTokenizer, text: str) -> list[int]:
 
 # Statuses of a server that read the forced request and refused it: it cannot force (cases/README.md).
 REFUSED_FORCING_STATUSES = frozenset({400, 422})
-
-
-def http_error_text(error: urllib.error.HTTPError) -> str:
-    """`HTTP <status>: <the server's message>` (the `error.message` or `detail` of a JSON body, else the text)."""
-    raw = error.read().decode("utf-8", errors="replace")
-    try:
-        body = json.loads(raw)
-    except json.JSONDecodeError:
-        body = None
-    inner = body.get("error") if isinstance(body, dict) else None
-    if isinstance(inner, str):  # vLLM's 401: {"error": "Unauthorized"}
-        inner = {"message": inner}
-    inner = inner if isinstance(inner, dict) else body if isinstance(body, dict) else {}
-    message = inner.get("message") or inner.get("detail") or raw or error.reason
-    return f"HTTP {error.code}: {str(message)[:500]}"
 
 
 def exact_regex(raw_text: str) -> str:
@@ -174,56 +151,54 @@ def token_ids_of_stream(chunks: Iterable[dict], choice: int = 0) -> list[int] | 
 
 
 class ServerTokenizer:
-    """A server's own tokenizer through its `/tokenize` and `/detokenize` endpoints (vLLM's), every
-    answer remembered: within a run each marker is asked for once, and answers that came back with
-    the same token ids (the stream and non-stream of one case, usually) are decoded once, also when
-    two threads ask at the same time (verifying both answers of a case: the second waits for the
-    first one's answer or error).
-    Requests go over kept-alive connections (`close()` ends them). Safe to share between threads."""
+    """A server's own tokenizer through its `/tokenize` and `/detokenize` endpoints (vLLM's), asked on
+    the run's event loop, every answer remembered: within a run each marker is asked for once, and
+    answers that came back with the same token ids (the stream and non-stream of one case, usually)
+    are decoded once, also when both ask at the same time (the second waits for the first one's
+    answer or error). Requests go over kept-alive connections (`close()` ends them). For one event loop."""
 
     def __init__(self, root_url: str, model: str, api_key: str | None = None, timeout: float = 60) -> None:
         self.root_url, self.model, self.api_key, self.timeout = root_url, model, api_key, timeout
         self._answers: dict[tuple[str, Any], Any] = {}  # (path, text or ids) -> the answer's value
-        self._asking: dict[tuple[str, Any], concurrent.futures.Future] = {}  # asked, no answer yet
-        self._lock = threading.Lock()
-        self._connections = _KeptAlive(root_url, timeout, api_key)
+        self._asking: dict[tuple[str, Any], asyncio.Future] = {}  # asked, no answer yet
+        self._connections = KeptAliveJson(root_url, timeout, api_key)
 
-    def tokenize(self, text: str) -> list[int]:
+    async def tokenize(self, text: str) -> list[int]:
         """Token ids of `text` (no special tokens added)."""
         body = {"model": self.model, "prompt": text, "add_special_tokens": False}
-        return list(self._answer(("/tokenize", text), body, "tokens"))
+        return list(await self._answer(("/tokenize", text), body, "tokens"))
 
-    def detokenize(self, token_ids: Sequence[int]) -> str:
+    async def detokenize(self, token_ids: Sequence[int]) -> str:
         """Text of `token_ids`."""
         key = tuple(token_ids)
-        return self._answer(("/detokenize", key), {"model": self.model, "tokens": list(key)}, "prompt")
+        return await self._answer(("/detokenize", key), {"model": self.model, "tokens": list(key)}, "prompt")
 
-    def _answer(self, key: tuple[str, Any], body: dict, field: str) -> Any:
+    async def _answer(self, key: tuple[str, Any], body: dict, field: str) -> Any:
         """The `field` of the server's answer to `body` at path key[0], asked at most once per key."""
-        with self._lock:
-            if key in self._answers:
-                return self._answers[key]
-            asking = self._asking.get(key)
-            mine = asking is None
-            if mine:
-                asking = self._asking[key] = concurrent.futures.Future()
-        if not mine:  # another thread asks: its answer (or its error), within that request's own timeout
-            return asking.result()
-        outcome: BaseException | None = None
+        while (asking := self._asking.get(key)) is not None:  # another task asks: its answer or its error
+            try:
+                return await asyncio.shield(asking)
+            except asyncio.CancelledError:
+                if not asking.cancelled():
+                    raise  # this task was cancelled
+                # the one that asked gave up (its own timeout): ask again
+        if key in self._answers:
+            return self._answers[key]
+        asking = self._asking[key] = asyncio.get_running_loop().create_future()
         try:
-            value = self._endpoint(key[0], body)[field]
-        except BaseException as exc:  # handed to the waiters too, then raised
-            outcome = exc
+            value = (await self._endpoint(key[0], body))[field]
+        except asyncio.CancelledError:
+            asking.cancel()
             raise
+        except BaseException as exc:  # handed to the waiters too, then raised
+            asking.set_exception(exc)
+            asking.exception()  # retrieved: nobody may be waiting
+            raise
+        else:
+            self._answers[key] = value
+            asking.set_result(value)
         finally:  # whatever happens, the question is settled and no longer under way
-            with self._lock:
-                del self._asking[key]
-                if outcome is None:
-                    self._answers[key] = value
-            if outcome is None:
-                asking.set_result(value)
-            else:
-                asking.set_exception(outcome)
+            del self._asking[key]
         return value
 
     def close(self) -> None:
@@ -235,75 +210,16 @@ class ServerTokenizer:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _endpoint(self, path: str, body: dict) -> dict:
+    async def _endpoint(self, path: str, body: dict) -> dict:
         try:
-            return self._connections.post_json(path, body)
+            return await self._connections.post_json(path, body)
         except urllib.error.HTTPError as error:
             if error.code in (404, 405):
                 raise ForcingUnsupported(f"the server has no {path[1:]} endpoint to verify tokens") from error
             raise ServerRefused(f"{path}: {http_error_text(error)}") from error
 
 
-class _KeptAlive:
-    """POSTs JSON to one server as `_post_json` does (the same errors: HTTPError for an HTTP error
-    status, OSError, ValueError), over connections kept alive between requests, one per thread at a
-    time. Where the environment routes the server through a proxy, each request goes through urllib."""
-
-    def __init__(self, root_url: str, timeout: float, api_key: str | None) -> None:
-        self.given_url, self.timeout, self.api_key = root_url, timeout, api_key
-        self.root_url, self.headers = _request_parts(root_url, api_key)
-        parts = urllib.parse.urlsplit(self.root_url)
-        self.secure, self.host, self.prefix = parts.scheme == "https", parts.netloc, parts.path.rstrip("/")
-        self.proxied = parts.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(parts.hostname or "")
-        self._idle: list[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
-
-    def post_json(self, path: str, body: dict) -> dict:
-        if self.proxied:
-            return _post_json(self.given_url + path, body, self.timeout, self.api_key)
-        payload = json.dumps(body).encode()
-        with self._lock:
-            kept = self._idle.pop() if self._idle else None
-        answer = None
-        if kept is not None:
-            try:
-                answer = self._exchange(kept, path, payload)
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                pass  # the server closed it while it sat idle: once more, on a new connection
-        if answer is None:
-            connection_class = http.client.HTTPSConnection if self.secure else http.client.HTTPConnection
-            answer = self._exchange(connection_class(self.host, timeout=self.timeout), path, payload)
-        response, data = answer
-        if response.status >= 400:
-            raise urllib.error.HTTPError(self.root_url + path, response.status, response.reason, response.headers,
-                                         io.BytesIO(data))
-        return _json_answer(data, path)
-
-    def _exchange(self, connection: http.client.HTTPConnection, path: str,
-                  payload: bytes) -> tuple[http.client.HTTPResponse, bytes]:
-        """Send one request and read the whole answer; the connection is kept for the next one, or
-        closed if anything went wrong."""
-        try:
-            connection.request("POST", self.prefix + path, payload, self.headers)
-            response = connection.getresponse()
-            data = response.read(MAX_SIDE_ANSWER_BYTES + 1)
-            if len(data) > MAX_SIDE_ANSWER_BYTES:
-                raise ValueError(f"the answer to {path} is longer than {MAX_SIDE_ANSWER_BYTES} bytes")
-        except BaseException:
-            connection.close()
-            raise
-        with self._lock:
-            self._idle.append(connection)
-        return response, data
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for connection in idle:
-            connection.close()
-
-
-def verify_forced_output(
+async def verify_forced_output(
     tokenizer: ServerTokenizer,
     raw_text: str,
     token_ids: Sequence[int] | None,
@@ -318,18 +234,18 @@ def verify_forced_output(
     if token_ids is None:
         raise ForcingUnsupported("the server returned no token_ids (it does not support vLLM's return_token_ids)")
     problems: list[str] = []
-    decoded = tokenizer.detokenize(token_ids) if truncated else None
+    decoded = await tokenizer.detokenize(token_ids) if truncated else None
     if decoded is not None and raw_text.startswith(decoded):
         raw_text = decoded  # the markers to find are those of the part that was generated
-    elif not _decodes_to(tokenizer, token_ids, raw_text):
+    elif not await _decodes_to(tokenizer, token_ids, raw_text):
         expected = "a prefix of " if truncated else ""
         problems.append(f"the output is not {expected}the forced text: expected {raw_text!r}, "
-                        f"got {tokenizer.detokenize(token_ids)!r}")
+                        f"got {await tokenizer.detokenize(token_ids)!r}")
     for marker in markers:
         occurrences = raw_text.count(marker)
         if not occurrences:
             continue
-        ids = tokenizer.tokenize(marker)
+        ids = await tokenizer.tokenize(marker)
         if len(ids) != 1:
             problems.append(f"marker {marker!r} is not a single token in this tokenizer: {ids}")
             continue
@@ -342,25 +258,31 @@ def verify_forced_output(
     return problems
 
 
-def _decodes_to(tokenizer: ServerTokenizer, token_ids: Sequence[int], text: str) -> bool:
+async def _decodes_to(tokenizer: ServerTokenizer, token_ids: Sequence[int], text: str) -> bool:
     """Whether the ids, or all but the last (a stop token), decode to `text`. All but the last are
     asked first: forced outputs usually end in the stop token, so one question settles it."""
-    return bool(token_ids) and tokenizer.detokenize(token_ids[:-1]) == text or tokenizer.detokenize(token_ids) == text
+    return bool(token_ids) and await tokenizer.detokenize(token_ids[:-1]) == text \
+        or await tokenizer.detokenize(token_ids) == text
 
 
 def send_forced_probe(root_url: str, body: dict[str, Any], timeout: float, api_key: str | None) -> Any:
-    """The parsed answer to a forcing probe's chat request: a 400/422 is ForcingUnsupported (the
-    server read the forced request and refused it), any other HTTP error ServerRefused."""
+    """The parsed answer to a forcing probe's chat request (blocking): a 400/422 is ForcingUnsupported
+    (the server read the forced request and refused it), any other HTTP error ServerRefused."""
     try:
-        return _post_json(root_url + "/v1/chat/completions", body, timeout, api_key)
+        return post_json(root_url + "/v1/chat/completions", body, timeout, api_key)
     except urllib.error.HTTPError as error:
         if error.code in REFUSED_FORCING_STATUSES:
             raise ForcingUnsupported(f"the server refused a forced request: {http_error_text(error)}") from error
         raise ServerRefused(http_error_text(error)) from error
 
 
-def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str | None = None,
-                  fields: Callable[[str, ServerTokenizer], dict] = lambda text, tokenizer: forcing_extra_body(text)) -> None:
+async def regex_fields(text: str, tokenizer: ServerTokenizer) -> dict:
+    """The forcing fields of `text` for vLLM's regex forcing (the tokenizer is not asked)."""
+    return forcing_extra_body(text)
+
+
+async def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str | None = None,
+                        fields: Callable[[str, ServerTokenizer], Awaitable[dict]] = regex_fields) -> None:
     """Send one small forced request (its forcing `fields` for the probe text, made with the server's
     tokenizer where needed; default: the regex); raise ForcingUnsupported with the reason if the
     server cannot force, ServerRefused (an HTTP error about the setup) or OSError/ValueError if it
@@ -371,116 +293,12 @@ def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str 
             "messages": [{"role": "user", "content": "Say ok."}],
             "max_tokens": 64,
             "temperature": 0,
-            **fields(PROBE_TEXT, tokenizer),
+            **await fields(PROBE_TEXT, tokenizer),
         }
-        response = send_forced_probe(root_url, body, timeout, api_key)
-        problems = verify_forced_output(tokenizer, PROBE_TEXT, token_ids_of(response))
+        response = await in_daemon_thread(timeout, send_forced_probe, root_url, body, timeout, api_key)
+        problems = await verify_forced_output(tokenizer, PROBE_TEXT, token_ids_of(response))
     if problems:
         raise ForcingUnsupported(
             "the server did not honour a forced output (a vLLM server with a reasoning parser needs "
             """--structured-outputs-config '{"enable_in_reasoning": true}'): """ + "; ".join(problems)
         )
-
-
-MAX_SIDE_ANSWER_BYTES = 16 * 1024 * 1024
-
-
-def _request_parts(url: str, api_key: str | None) -> tuple[str, dict[str, str]]:
-    """(`url` without credentials, the headers: JSON, and the API key as a bearer token, or the URL's
-    credentials as basic auth, as the openai client's httpx sends them)."""
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    parts = urllib.parse.urlsplit(url)
-    if "@" in parts.netloc:
-        userinfo, _, host = parts.netloc.rpartition("@")
-        headers["Authorization"] = "Basic " + base64.b64encode(urllib.parse.unquote(userinfo).encode()).decode()
-        url = urllib.parse.urlunsplit(parts._replace(netloc=host))
-    return url, headers
-
-
-def _json_answer(raw: bytes, path: str) -> dict:
-    try:
-        return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"the answer to {path} is not JSON: {raw[:200].decode('utf-8', 'replace')!r}") from exc
-
-
-def _post_json(url: str, body: dict, timeout: float, api_key: str | None) -> dict:
-    """POST `body`, the JSON answer; the whole answer within `timeout` seconds (a trickle is cut, TimeoutError)
-    and MAX_SIDE_ANSWER_BYTES (ValueError)."""
-    deadline = time.monotonic() + timeout
-    url, headers = _request_parts(url, api_key)
-    parts = urllib.parse.urlsplit(url)
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
-    pieces, size = [], 0
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        while piece := response.read1(65536):
-            pieces.append(piece)
-            size += len(piece)
-            if size > MAX_SIDE_ANSWER_BYTES:
-                raise ValueError(f"the answer to {parts.path} is longer than {MAX_SIDE_ANSWER_BYTES} bytes")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the answer to {parts.path} did not arrive within {timeout:g}s")
-    return _json_answer(b"".join(pieces), parts.path)
-
-
-Result = TypeVar("Result")
-
-
-class _SideThreads:
-    """Daemon threads for side requests, each kept for the next job once it is done (handing a job to
-    a waiting thread costs a fraction of starting one, and a run makes one per forced answer);
-    a new one starts when none is idle, so a job that hangs holds up no other."""
-
-    MAX_IDLE = 16
-
-    def __init__(self) -> None:
-        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
-        self._lock = threading.Lock()
-
-    def run(self, job: Callable[[], None]) -> None:
-        """Run `job` (which must not raise) in one of the threads."""
-        with self._lock:
-            jobs = self._idle.pop() if self._idle else None
-        if jobs is None:
-            jobs = queue.SimpleQueue()
-            threading.Thread(target=self._serve, args=(jobs,), daemon=True, name="side-request").start()
-        jobs.put(job)
-
-    def _serve(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
-        while True:
-            jobs.get()()
-            with self._lock:
-                if len(self._idle) >= self.MAX_IDLE:
-                    return
-                self._idle.append(jobs)
-
-
-_SIDE_THREADS = _SideThreads()
-
-
-async def in_daemon_thread(timeout: float, function: Callable[..., Result], *args: Any) -> Result:
-    """`function(*args)` (blocking: these side requests) in a daemon thread (`_SideThreads`), awaited at
-    most `timeout` seconds (TimeoutError). Unlike `asyncio.to_thread`, nothing waits for the thread when the
-    run ends or is interrupted: an abandoned request ends with its own socket timeout, in the background."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future = loop.create_future()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if not future.done():
-            future.set_exception(error) if error is not None else future.set_result(result)
-
-    def work() -> None:
-        try:
-            outcome: tuple[Any, BaseException | None] = (function(*args), None)
-        except BaseException as exc:  # handed to the awaiting task
-            outcome = (None, exc)
-        try:
-            loop.call_soon_threadsafe(settle, *outcome)
-        except RuntimeError:  # the loop is closed: nobody waits any more
-            pass
-
-    _SIDE_THREADS.run(work)
-    async with asyncio.timeout(timeout):
-        return await future

@@ -43,6 +43,7 @@ from conformance.forcing import (
     token_grammar_body,
     token_grammar_text,
 )
+from conformance.side_requests import in_daemon_thread
 from conformance.runtimes import CurrentInterpreter, Runtime, SetupError
 from conformance.server_logs import find_transformers_serve_error, find_vllm_error, find_vllm_rs_error
 from conformance.runtimes.transformers_serve import TRANSFORMERS_SERVE
@@ -60,8 +61,8 @@ class ForcingMethod(Protocol):
     """How the engine makes a profile's server emit a case's exact raw output and checks it did.
 
     `request_fields` are merged into the request body (`request` is the case's request, for a method
-    that needs the prompt; `tokenizer` the run's, from `tokenizer`, for a method that names token
-    ids); it raises ForcingUnsupported or ValueError for a text it cannot force, and
+    that needs the prompt; `tokenizer()` gives the run's tokenizer, from `tokenizer`, for a method that
+    names token ids); it raises ForcingUnsupported or ValueError for a text it cannot force, and
     `conformance.forcing.TokensUnavailable` when the tokenizer cannot tell. `request_keys` are the
     body fields it sets (a recording is compared with today's case on the others, and on `forced_text`).
     `probe` sends one small forced request (raises ForcingUnsupported when the server cannot force,
@@ -69,20 +70,21 @@ class ForcingMethod(Protocol):
     tokenizer of the run (vLLM: the server's own, `ServerTokenizer`) that `verify` checks a forced
     answer with: its problems (empty: exact), None when it cannot be verified.
     `forced_text` reads the raw text back out of a recorded request (for reports; None: not forced).
-    `fields_ask_tokenizer`: whether `request_fields` asks the tokenizer (a request, a file to load),
-    so that the engine calls it in a side thread within the run's timeout; else it is called inline.
+    The three that may wait (`request_fields`, `probe`, `verify`) are awaited on the run's event loop,
+    within its timeout: a method whose work blocks (a file to load, a blocking request) does it in a
+    daemon thread (`conformance.side_requests.in_daemon_thread`); requests it awaits need none.
     """
 
     request_keys: tuple[str, ...]
-    fields_ask_tokenizer: bool
 
-    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]: ...
+    async def request_fields(self, raw_text: str, request: Mapping[str, Any],
+                             tokenizer: Callable[[], Any]) -> dict[str, Any]: ...
 
-    def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None: ...
+    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None: ...
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> Any: ...
 
-    def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None: ...
+    async def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None: ...
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None: ...
 
@@ -93,21 +95,21 @@ class RegexForcing:
     returned and verified through the server's /tokenize and /detokenize."""
 
     request_keys = FORCED_REQUEST_KEYS
-    fields_ask_tokenizer = False  # the regex is the text escaped
 
-    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
-        return forcing_extra_body(raw_text)
+    async def request_fields(self, raw_text: str, request: Mapping[str, Any],
+                             tokenizer: Callable[[], Any]) -> dict[str, Any]:
+        return forcing_extra_body(raw_text)  # the text escaped: no tokenizer asked
 
-    def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
-        probe_forcing(root_url, model, timeout, api_key)
+    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
+        await probe_forcing(root_url, model, timeout, api_key)
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
         return ServerTokenizer(root_url, model, api_key, timeout)
 
-    def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
+    async def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
         from conformance.engine import verify_forcing  # the engine's reading of token ids from answers
 
-        return verify_forcing(tokenizer, case, transcript, markers)
+        return await verify_forcing(tokenizer, case, transcript, markers)
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None:
         regex = (request.get("structured_outputs") or {}).get("regex")
@@ -122,20 +124,22 @@ class TokenGrammarForcing:
     the grammar's first line, a comment; the returned ids are verified as for RegexForcing."""
 
     request_keys = FORCED_REQUEST_KEYS
-    fields_ask_tokenizer = True  # the server's /tokenize
 
-    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
-        return token_grammar_body(raw_text, server_tokens(tokenizer, raw_text))
+    async def request_fields(self, raw_text: str, request: Mapping[str, Any],
+                             tokenizer: Callable[[], Any]) -> dict[str, Any]:
+        return token_grammar_body(raw_text, await server_tokens(tokenizer(), raw_text))  # the server's /tokenize
 
-    def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
-        probe_forcing(root_url, model, timeout, api_key,
-                      fields=lambda text, tokenizer: token_grammar_body(text, tokenizer.tokenize(text)))
+    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
+        async def grammar_fields(text: str, tokenizer: ServerTokenizer) -> dict:
+            return token_grammar_body(text, await tokenizer.tokenize(text))
+
+        await probe_forcing(root_url, model, timeout, api_key, fields=grammar_fields)
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
         return ServerTokenizer(root_url, model, api_key, timeout)
 
-    def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
-        return RegexForcing().verify(tokenizer, case, transcript, markers)
+    async def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
+        return await RegexForcing().verify(tokenizer, case, transcript, markers)
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None:
         grammar = (request.get("structured_outputs") or {}).get("grammar")
@@ -148,18 +152,18 @@ class NoForcing:
 
     reason: str
     request_keys = ()
-    fields_ask_tokenizer = False  # refuses at once
 
-    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
+    async def request_fields(self, raw_text: str, request: Mapping[str, Any],
+                             tokenizer: Callable[[], Any]) -> dict[str, Any]:
         raise ForcingUnsupported(self.reason)
 
-    def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
+    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
         raise ForcingUnsupported(self.reason)
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
         raise ForcingUnsupported(self.reason)
 
-    def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
+    async def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
         return None
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None:
@@ -173,30 +177,34 @@ class SequenceBiasForcing:
     `usage` (prompt and completion token counts), as `conformance.sequence_bias` explains."""
 
     request_keys = ("generation_config",)
-    fields_ask_tokenizer = True  # the checkpoint's tokenizer, loaded at first use
 
-    def request_fields(self, raw_text: str, request: Mapping[str, Any], tokenizer: Any) -> dict[str, Any]:
+    async def request_fields(self, raw_text: str, request: Mapping[str, Any],
+                             tokenizer: Callable[[], Any]) -> dict[str, Any]:
         from conformance.sequence_bias import generation_config_field
 
-        return generation_config_field(tokenizer, raw_text, request)
+        # the checkpoint's tokenizer, loaded at first use: in a thread (the engine bounds the wait)
+        return await in_daemon_thread(None, lambda: generation_config_field(tokenizer(), raw_text, request))
 
-    def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
+    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
         from conformance.sequence_bias import probe_sequence_bias
 
-        probe_sequence_bias(root_url, model, timeout, api_key)
+        await in_daemon_thread(None, probe_sequence_bias, root_url, model, timeout, api_key)
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> Any:
         from conformance.sequence_bias import CheckpointTokenizer
 
         return CheckpointTokenizer(model)
 
-    def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
+    async def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
         from conformance.sequence_bias import verify_transcript
 
-        try:
-            return verify_transcript(tokenizer, case.force, transcript)
-        except (ValueError, LookupError, TypeError, AttributeError):  # an answer of another shape
-            return None
+        def verify() -> list[str] | None:
+            try:
+                return verify_transcript(tokenizer, case.force, transcript)
+            except (ValueError, LookupError, TypeError, AttributeError):  # an answer of another shape
+                return None
+
+        return await in_daemon_thread(None, verify)  # renders the prompt with the checkpoint's template
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None:
         from conformance.sequence_bias import forced_text_of

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import re
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -72,7 +72,7 @@ def test_token_ids_are_collected_from_responses_and_streams() -> None:
 
 def test_no_token_ids_means_forcing_cannot_be_verified() -> None:
     with pytest.raises(ForcingUnsupported, match="no token_ids"):
-        verify_forced_output(ServerTokenizer("http://127.0.0.1:9", "m"), "text", None)
+        asyncio.run(verify_forced_output(ServerTokenizer("http://127.0.0.1:9", "m"), "text", None))
 
 
 class FakeServer(http.server.BaseHTTPRequestHandler):
@@ -115,21 +115,21 @@ def test_a_server_refusing_structured_outputs_cannot_force(route_server) -> None
     url, routes, _ = route_server
     routes["/v1/chat/completions"] = (400, {"error": {"message": "Unrecognized request argument: structured_outputs"}})
     with pytest.raises(ForcingUnsupported, match="HTTP 400.*Unrecognized request argument: structured_outputs"):
-        probe_forcing(url, "m")
+        asyncio.run(probe_forcing(url, "m"))
 
 
 def test_a_server_without_token_ids_cannot_force(route_server) -> None:
     url, routes, _ = route_server
     routes["/v1/chat/completions"] = (200, {"choices": [{"index": 0, "message": {"content": "ok"}}]})
     with pytest.raises(ForcingUnsupported, match="no token_ids"):
-        probe_forcing(url, "m")
+        asyncio.run(probe_forcing(url, "m"))
 
 
 def test_a_server_without_tokenizer_endpoints_cannot_verify(route_server) -> None:
     url, routes, _ = route_server
     routes["/v1/chat/completions"] = (200, {"choices": [{"index": 0, "token_ids": [1, 2]}]})
     with pytest.raises(ForcingUnsupported, match="no detokenize endpoint"):
-        probe_forcing(url, "m")
+        asyncio.run(probe_forcing(url, "m"))
 
 
 # -- real vLLM ------------------------------------------------------------------------------------
@@ -147,28 +147,35 @@ def test_regex_metacharacters_are_forced_verbatim(hf_server, stream: bool) -> No
         **forcing_extra_body(METACHARACTERS),
     }
     ids = token_ids_of_stream(chat_stream(hf_server, request)) if stream else token_ids_of(chat(hf_server, request))
-    assert verify_forced_output(ServerTokenizer(hf_server.root_url, hf_server.model), METACHARACTERS, ids) == []
+    assert asyncio.run(verify_forced_output(ServerTokenizer(hf_server.root_url, hf_server.model), METACHARACTERS,
+                                            ids)) == []
 
 
 @pytest.mark.vllm
 def test_a_marker_spelled_with_several_tokens_is_reported(hf_server) -> None:
-    tokenizer = ServerTokenizer(hf_server.root_url, hf_server.model)
-    spelled = [token for piece in ("ok", "</", "think", ">") for token in tokenizer.tokenize(piece)]
-    problems = verify_forced_output(tokenizer, "ok</think>", spelled)
+    async def verify() -> list[str]:
+        tokenizer = ServerTokenizer(hf_server.root_url, hf_server.model)
+        spelled = [token for piece in ("ok", "</", "think", ">") for token in await tokenizer.tokenize(piece)]
+        return await verify_forced_output(tokenizer, "ok</think>", spelled)
+
+    problems = asyncio.run(verify())
     assert len(problems) == 1 and "'</think>'" in problems[0] and "emitted 0 time(s)" in problems[0]
 
 
 @pytest.mark.vllm
 def test_other_text_than_the_forced_one_is_reported(hf_server) -> None:
-    tokenizer = ServerTokenizer(hf_server.root_url, hf_server.model)
-    problems = verify_forced_output(tokenizer, "Hello", tokenizer.tokenize("Help"))
+    async def verify() -> list[str]:
+        tokenizer = ServerTokenizer(hf_server.root_url, hf_server.model)
+        return await verify_forced_output(tokenizer, "Hello", await tokenizer.tokenize("Help"))
+
+    problems = asyncio.run(verify())
     assert problems == ["the output is not the forced text: expected 'Hello', got 'Help'"]
 
 
 @pytest.mark.vllm
 def test_both_profiles_can_force(hf_server, legacy_server) -> None:
     for server in (hf_server, legacy_server):
-        probe_forcing(server.root_url, server.model)
+        asyncio.run(probe_forcing(server.root_url, server.model))
 
 
 def test_an_unhonoured_regex_is_reported_with_the_likely_cause(route_server) -> None:
@@ -177,7 +184,7 @@ def test_an_unhonoured_regex_is_reported_with_the_likely_cause(route_server) -> 
     routes["/detokenize"] = (200, {"prompt": "something else"})
     routes["/tokenize"] = (200, {"tokens": [7]})
     with pytest.raises(ForcingUnsupported, match=r"enable_in_reasoning.*expected .*, got 'something else'"):
-        probe_forcing(url, "m")
+        asyncio.run(probe_forcing(url, "m"))
 
 
 @pytest.mark.vllm
@@ -187,75 +194,73 @@ def test_without_enable_in_reasoning_vllm_does_not_force_and_the_probe_says_so(t
     unconstrained_reasoning = ["--structured-outputs-config", json.dumps({"enable_in_reasoning": False})]
     with launch("hf", tiny_checkpoint, extra_args=unconstrained_reasoning, log_dir=tmp_path) as server:
         with pytest.raises(ForcingUnsupported, match="enable_in_reasoning.*the output is not the forced text"):
-            probe_forcing(server.root_url, server.model)
+            asyncio.run(probe_forcing(server.root_url, server.model))
 
 
 def test_the_tokenizer_asks_the_server_once_per_marker_and_once_per_answer(route_server) -> None:
     url, routes, hits = route_server
     routes["/detokenize"] = (200, {"prompt": "<think>x"})
-    tokenizer = ServerTokenizer(url, "m")
-    with pytest.raises(ForcingUnsupported, match="no tokenize endpoint"):  # nothing known: it must ask
-        verify_forced_output(tokenizer, "<think>x", [7, 8])
-    routes["/tokenize"] = (200, {"tokens": [7]})
-    hits.clear()
-    for _ in range(3):  # the same answer three times (say, stream and non-stream of one case)
-        assert verify_forced_output(tokenizer, "<think>x", [7, 8]) == []
-    assert hits == ["/tokenize"]  # the ids [7, 8] were decoded once, before
-    assert verify_forced_output(tokenizer, "<think>x", [6, 9]) == ["marker '<think>' occurs 1 time(s) in the text "
-                                                                   "but its token 7 was emitted 0 time(s): the engine "
-                                                                   "spelled it with other tokens"]
-    assert hits == ["/tokenize", "/detokenize"]  # other ids are decoded; the marker is known
+
+    async def main() -> None:
+        tokenizer = ServerTokenizer(url, "m")
+        with pytest.raises(ForcingUnsupported, match="no tokenize endpoint"):  # nothing known: it must ask
+            await verify_forced_output(tokenizer, "<think>x", [7, 8])
+        routes["/tokenize"] = (200, {"tokens": [7]})
+        hits.clear()
+        for _ in range(3):  # the same answer three times (say, stream and non-stream of one case)
+            assert await verify_forced_output(tokenizer, "<think>x", [7, 8]) == []
+        assert hits == ["/tokenize"]  # the ids [7, 8] were decoded once, before
+        assert await verify_forced_output(tokenizer, "<think>x", [6, 9]) == [
+            "marker '<think>' occurs 1 time(s) in the text but its token 7 was emitted 0 time(s): the engine "
+            "spelled it with other tokens"]
+        assert hits == ["/tokenize", "/detokenize"]  # other ids are decoded; the marker is known
+        tokenizer.close()
+
+    asyncio.run(main())
 
 
-def test_two_threads_asking_the_same_question_at_once_make_one_request(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stream and non-stream of a case are verified at the same time in two side threads, with
-    the same ids: the second waits for the first one's answer (or error) instead of asking again."""
-    import concurrent.futures
-
+def test_two_tasks_asking_the_same_question_at_once_make_one_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream and non-stream of a case are verified at the same time, with the same ids: the
+    second waits for the first one's answer (or error) instead of asking again; a first asker that
+    gives up (its timeout) leaves the question to the next."""
     tokenizer = ServerTokenizer("http://127.0.0.1:9", "m")
-    asked, release, waiting = [], threading.Event(), threading.Event()
+    asked: list[tuple[str, tuple[int, ...]]] = []
 
-    def endpoint(path: str, body: dict) -> dict:
+    async def endpoint(path: str, body: dict) -> dict:
         asked.append((path, tuple(body["tokens"])))
-        release.wait(10)
+        await asyncio.sleep(0.05)
         if body["tokens"] == [9]:
             raise ServerRefused("/detokenize: HTTP 500: engine died")
         return {"prompt": "x"}
 
-    class SeenWaiting(concurrent.futures.Future):
-        def result(self, timeout=None):
-            waiting.set()
-            return super().result(timeout)
-
     monkeypatch.setattr(tokenizer, "_endpoint", endpoint)
-    monkeypatch.setattr(concurrent.futures, "Future", SeenWaiting)
-    for ids, expected in (([1, 2], "x"), ([9], ServerRefused)):
-        answers: list = []
 
-        def ask() -> None:
+    async def both(ids: list[int]) -> list:
+        async def ask() -> object:
             try:
-                answers.append(tokenizer.detokenize(ids))
+                return await tokenizer.detokenize(ids)
             except ServerRefused as exc:
-                answers.append(type(exc))
+                return type(exc)
 
-        threads = [threading.Thread(target=ask) for _ in range(2)]
-        release.clear(), waiting.clear()
-        threads[0].start()
-        deadline = time.monotonic() + 10
-        while (not asked or asked[-1][1] != tuple(ids)) and time.monotonic() < deadline:
-            time.sleep(0.01)  # until the first thread's request is under way
-        threads[1].start()
-        while not waiting.is_set() and asked.count(("/detokenize", tuple(ids))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)  # until the second waits for it (or, asking again, adds a request)
-        release.set()
-        for thread in threads:
-            thread.join(10)
-        assert answers == [expected, expected]
-    assert asked == [("/detokenize", (1, 2)), ("/detokenize", (9,))]
-    assert tokenizer.detokenize([1, 2]) == "x" and len(asked) == 2  # remembered
-    with pytest.raises(ServerRefused):
-        tokenizer.detokenize([9])
-    assert len(asked) == 3 and not tokenizer._asking  # an error is not remembered: asked again
+        return list(await asyncio.gather(ask(), ask()))
+
+    async def main() -> None:
+        assert await both([1, 2]) == ["x", "x"]
+        assert await both([9]) == [ServerRefused, ServerRefused]
+        assert asked == [("/detokenize", (1, 2)), ("/detokenize", (9,))]
+        assert await tokenizer.detokenize([1, 2]) == "x" and len(asked) == 2  # remembered
+        with pytest.raises(ServerRefused):
+            await tokenizer.detokenize([9])
+        assert len(asked) == 3 and not tokenizer._asking  # an error is not remembered: asked again
+        first = asyncio.ensure_future(asyncio.wait_for(tokenizer.detokenize([5]), 0.01))  # gives up
+        while not tokenizer._asking:
+            await asyncio.sleep(0)  # until the first one's request is under way
+        second = asyncio.ensure_future(tokenizer.detokenize([5]))
+        with pytest.raises(TimeoutError):
+            await first
+        assert await second == "x" and asked[-2:] == [("/detokenize", (5,)), ("/detokenize", (5,))]
+
+    asyncio.run(main())
 
 
 class KeepAliveServer(FakeServer):
@@ -298,9 +303,12 @@ def test_the_tokenizer_asks_over_one_kept_alive_connection(keep_alive_server) ->
     url, routes, hits, connections, _ = keep_alive_server
     routes["/tokenize"] = (200, {"tokens": [7]})
     routes["/detokenize"] = (200, {"prompt": "x"})
-    with ServerTokenizer(url, "m") as tokenizer:
-        for n in range(5):
-            assert tokenizer.detokenize([n]) == "x" and tokenizer.tokenize(f"t{n}") == [7]
+    async def main() -> None:
+        with ServerTokenizer(url, "m") as tokenizer:
+            for n in range(5):
+                assert await tokenizer.detokenize([n]) == "x" and await tokenizer.tokenize(f"t{n}") == [7]
+
+    asyncio.run(main())
     assert len(hits) == 10 and len(connections) == 1
 
 
@@ -308,14 +316,19 @@ def test_a_connection_the_server_dropped_is_replaced_and_errors_keep_their_meani
     url, routes, hits, connections, close_after = keep_alive_server
     routes["/detokenize"] = (200, {"prompt": "x"})
     close_after[:] = [True, False]  # the first answer's connection is dropped while it sits idle
-    with ServerTokenizer(url, "m") as tokenizer:
-        assert tokenizer.detokenize([1]) == "x" and tokenizer.detokenize([2]) == "x"
-        assert len(connections) == 2
-        routes["/detokenize"] = (500, {"detail": "engine died"})
-        with pytest.raises(ServerRefused, match="/detokenize: HTTP 500: engine died"):
-            tokenizer.detokenize([3])
-        with pytest.raises(ForcingUnsupported, match="no tokenize endpoint"):
-            tokenizer.tokenize("x")  # 404 from this server
+    async def main() -> None:
+        with ServerTokenizer(url, "m") as tokenizer:
+            assert await tokenizer.detokenize([1]) == "x"
+            await asyncio.sleep(0.1)  # the server drops the idle connection meanwhile
+            assert await tokenizer.detokenize([2]) == "x"
+            assert len(connections) == 2
+            routes["/detokenize"] = (500, {"detail": "engine died"})
+            with pytest.raises(ServerRefused, match="/detokenize: HTTP 500: engine died"):
+                await tokenizer.detokenize([3])
+            with pytest.raises(ForcingUnsupported, match="no tokenize endpoint"):
+                await tokenizer.tokenize("x")  # 404 from this server
+
+    asyncio.run(main())
     assert len(connections) == 2  # errors do not cost a connection
 
 
@@ -327,8 +340,11 @@ def test_a_proxy_the_environment_names_is_used(route_server, monkeypatch: pytest
     monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.setattr(urllib.request, "_opener", None)  # urllib reads the environment when it builds its opener
-    with ServerTokenizer("http://upstream.invalid:8000", "m") as tokenizer:
-        assert tokenizer.tokenize("x") == [7]
+    async def main() -> None:
+        with ServerTokenizer("http://upstream.invalid:8000", "m") as tokenizer:
+            assert await tokenizer.tokenize("x") == [7]
+
+    asyncio.run(main())
     assert hits == ["http://upstream.invalid:8000/tokenize"]
 
 
@@ -338,56 +354,23 @@ class VocabularyTokenizer:
     def __init__(self, vocabulary: dict[int, str]) -> None:
         self.vocabulary, self.asked = vocabulary, []
 
-    def tokenize(self, text: str) -> list[int]:
+    async def tokenize(self, text: str) -> list[int]:
         return [token for token, piece in self.vocabulary.items() if piece == text]
 
-    def detokenize(self, token_ids) -> str:
+    async def detokenize(self, token_ids) -> str:
         self.asked.append(list(token_ids))
         return "".join(self.vocabulary[token] for token in token_ids)
 
 
 def test_an_output_ending_in_its_stop_token_is_verified_with_one_question() -> None:
     tokenizer = VocabularyTokenizer({1: "<think>", 2: "x", 3: "y", 9: "<|im_end|>"})
-    assert verify_forced_output(tokenizer, "<think>x", [1, 2, 9]) == [] and tokenizer.asked == [[1, 2]]
+
+    def verify(*args, **kwargs) -> list[str]:
+        return asyncio.run(verify_forced_output(tokenizer, *args, **kwargs))
+
+    assert verify("<think>x", [1, 2, 9]) == [] and tokenizer.asked == [[1, 2]]
     tokenizer.asked.clear()
-    assert verify_forced_output(tokenizer, "<think>x", [1, 2]) == [] and tokenizer.asked == [[1], [1, 2]]
-    assert verify_forced_output(tokenizer, "<think>x", [1, 3, 9]) == [
+    assert verify("<think>x", [1, 2]) == [] and tokenizer.asked == [[1], [1, 2]]
+    assert verify("<think>x", [1, 3, 9]) == [
         "the output is not the forced text: expected '<think>x', got '<think>y<|im_end|>'"]
-    assert verify_forced_output(tokenizer, "<think>xy", [1, 2], truncated=True) == []  # a prefix was generated
-
-
-def test_side_requests_reuse_an_idle_thread_and_a_hung_one_holds_up_no_other() -> None:
-    import asyncio
-
-    from conformance.forcing import in_daemon_thread
-
-    release = threading.Event()
-
-    async def main() -> tuple[list[int], int, int]:
-        first = [await in_daemon_thread(5, threading.get_ident) for _ in range(3)]
-        hung = asyncio.ensure_future(in_daemon_thread(5, lambda: release.wait(5) and threading.get_ident()))
-        await asyncio.sleep(0.05)
-        beside = await in_daemon_thread(5, threading.get_ident)  # runs while the other one hangs
-        release.set()
-        return first, beside, await hung
-
-    first, beside, hung = asyncio.run(main())
-    assert len(set(first)) == 1 and first[0] != threading.get_ident()  # one thread, kept, not this one
-    assert hung == first[0] and beside != hung
-
-
-def test_a_side_request_past_its_timeout_is_abandoned_and_its_error_reaches_the_caller() -> None:
-    import asyncio
-
-    from conformance.forcing import in_daemon_thread
-
-    def refuse() -> None:
-        raise ServerRefused("no")
-
-    async def main() -> None:
-        with pytest.raises(TimeoutError):
-            await in_daemon_thread(0.05, lambda: threading.Event().wait(1))
-        with pytest.raises(ServerRefused, match="no"):
-            await in_daemon_thread(5, refuse)
-
-    asyncio.run(main())
+    assert verify("<think>xy", [1, 2], truncated=True) == []  # a prefix was generated

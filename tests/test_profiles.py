@@ -174,18 +174,17 @@ class FieldForcing:
 
     probes: list = field(default_factory=list, compare=False)
     request_keys = ("force_text",)
-    fields_ask_tokenizer = False
 
-    def request_fields(self, raw_text, request, tokenizer):
+    async def request_fields(self, raw_text, request, tokenizer):
         return {"force_text": raw_text}
 
-    def probe(self, root_url, model, timeout, api_key):
+    async def probe(self, root_url, model, timeout, api_key):
         self.probes.append(root_url)
 
     def tokenizer(self, root_url, model, api_key, timeout):
         return ServerTokenizer(root_url, model, api_key)  # the fake refuses /tokenize: "could not verify"
 
-    def verify(self, tokenizer, case, transcript, markers):
+    async def verify(self, tokenizer, case, transcript, markers):
         return None  # nothing to verify it with
 
     def forced_text(self, request):

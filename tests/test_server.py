@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -377,7 +378,8 @@ def forced_weather_exchange(server) -> tuple[dict, list[dict], list[dict]]:
     response = chat(server, request)
     chunks = chat_stream(server, request)
     for token_ids in (token_ids_of(response), token_ids_of_stream(chunks)):
-        assert verify_forced_output(ServerTokenizer(server.root_url, server.model), FORCED_REASONING_AND_CALL, token_ids) == []
+        assert asyncio.run(verify_forced_output(ServerTokenizer(server.root_url, server.model),
+                                                FORCED_REASONING_AND_CALL, token_ids)) == []
     choices = [chunk["choices"][0] for chunk in chunks if chunk.get("choices")]
     assert choices[-1]["finish_reason"] == "tool_calls"
     deltas = [choice["delta"] for choice in choices]

@@ -4,6 +4,7 @@ loopback server whose tokenizer gives one id per character)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
@@ -143,11 +144,11 @@ def test_the_probe_forces_the_probe_texts_token_ids_and_tells_an_unhonoured_outp
     chat = routes[("POST", "/v1/chat/completions")]
     routes[("POST", "/v1/chat/completions")] = lambda body: asked.append(body) or chat(body)
     with scripted_server(routes) as server:
-        TokenGrammarForcing().probe(server.root_url, "m", 5, None)  # honoured and verified: no exception
+        asyncio.run(TokenGrammarForcing().probe(server.root_url, "m", 5, None))  # honoured and verified: no exception
         ids = [int(i) for i in GRAMMAR_ID.findall(asked[0]["structured_outputs"]["grammar"])]
         assert ids == char_ids(PROBE_TEXT) and len(ids) < len(PROBE_TEXT)  # markers as their own ids
         routes[("POST", "/v1/chat/completions")] = lambda body: json_reply(
             {"choices": [{"index": 0, "finish_reason": "stop", "token_ids": [ord("x"), END_TOKEN],
                           "message": {"role": "assistant", "content": "x"}}]})
         with pytest.raises(ForcingUnsupported, match="did not honour a forced output"):
-            TokenGrammarForcing().probe(server.root_url, "m", 5, None)
+            asyncio.run(TokenGrammarForcing().probe(server.root_url, "m", 5, None))

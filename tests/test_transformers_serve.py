@@ -5,6 +5,7 @@ token-exact."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import urllib.request
@@ -38,7 +39,7 @@ def forced(server: Server, raw_text: str, request: dict) -> dict:
     """`request` with the record's forcing fields for `raw_text`."""
     method = PROFILES["transformers-serve"].forcing
     tokenizer = method.tokenizer(server.root_url, server.model, None, 60)
-    return {**request, **method.request_fields(raw_text, request, tokenizer)}
+    return {**request, **asyncio.run(method.request_fields(raw_text, request, lambda: tokenizer))}
 
 
 def test_it_starts_from_the_eos_closes_content_checkpoint_and_tells_its_version(transformers_serve_server) -> None:

@@ -4,6 +4,7 @@ run with the overlay as its engine; a wheel without the binary is a set-up error
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -62,7 +63,9 @@ def test_the_033_rust_record_is_hf_rusts_flags_on_the_033_engine_checked_and_sta
     assert record.server_args == PROFILES["hf-rust"].server_args
     assert record.launch.common_flags == PROFILES["hf-rust"].launch.common_flags
     assert record.expected_version == "0.33.0" and PROFILES["hf-rust"].expected_version is None
-    assert record.forcing.request_fields("x", {}, None) == PROFILES["hf"].forcing.request_fields("x", {}, None)
+    fields = [asyncio.run(forcing.request_fields("x", {}, lambda: None)) for forcing in (record.forcing,
+                                                                                      PROFILES["hf"].forcing)]
+    assert fields[0] == fields[1]
     assert "Rust frontend" in record.build_note and "not a shipped combination" in record.build_note
     legacy = PROFILES["legacy-0.33"]
     assert legacy.server_args == PROFILES["legacy"].server_args and legacy.expected_version == "0.33.0"
