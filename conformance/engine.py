@@ -334,6 +334,7 @@ async def run_async(
                     transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
                                             repeat=repeat_index)
                 if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
+                    # tokenizer(): a server's is made here, without I/O; a checkpoint's by request_fields, in a thread
                     transcript.forcing_problems = await _verify_within(
                         target.timeout, method.verify(tokenizer(), case, transcript, markers))
             transcripts.append(transcript)

@@ -150,6 +150,11 @@ def token_ids_of_stream(chunks: Iterable[dict], choice: int = 0) -> list[int] | 
     return collected
 
 
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 class ServerTokenizer:
     """A server's own tokenizer through its `/tokenize` and `/detokenize` endpoints (vLLM's), asked on
     the run's event loop, every answer remembered: within a run each marker is asked for once, and
@@ -179,8 +184,8 @@ class ServerTokenizer:
             try:
                 return await asyncio.shield(asking)
             except asyncio.CancelledError:
-                if not asking.cancelled():
-                    raise  # this task was cancelled
+                if not asking.cancelled() or _being_cancelled():
+                    raise  # this task was cancelled (perhaps together with the one that asked)
                 # the one that asked gave up (its own timeout): ask again
         if key in self._answers:
             return self._answers[key]

@@ -201,7 +201,7 @@ class SequenceBiasForcing:
         def verify() -> list[str] | None:
             try:
                 return verify_transcript(tokenizer, case.force, transcript)
-            except (ValueError, LookupError, TypeError, AttributeError):  # an answer of another shape
+            except (ValueError, LookupError, TypeError, AttributeError, OSError):  # another shape; a template unread
                 return None
 
         return await in_daemon_thread(None, verify)  # renders the prompt with the checkpoint's template

@@ -100,10 +100,11 @@ class _Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
         self.protocol = h11.Connection(h11.CLIENT, max_incomplete_event_size=READ_BYTES)
+        self.ended = False  # the server closed its side (an answer without a length ends so)
 
     @property
     def reusable(self) -> bool:
-        return self.protocol.our_state is h11.DONE and self.protocol.their_state is h11.DONE
+        return not self.ended and self.protocol.our_state is h11.DONE and self.protocol.their_state is h11.DONE
 
     def close(self) -> None:
         self.writer.close()
@@ -114,7 +115,10 @@ class KeptAliveJson:
     connections kept alive between requests: each request takes an idle one or opens one, and gives
     it back when the answer was read whole. The whole exchange is within `timeout` (TimeoutError);
     other errors are those of `post_json`. Where the environment routes the server through a proxy,
-    each request goes through urllib (`post_json`) in a daemon thread. For one event loop."""
+    each request goes through urllib (`post_json`) in a daemon thread. At most MAX_CONNECTIONS
+    requests are under way at once (and as many connections kept). For one event loop."""
+
+    MAX_CONNECTIONS = 8
 
     def __init__(self, root_url: str, timeout: float, api_key: str | None) -> None:
         self.given_url, self.timeout, self.api_key = root_url, timeout, api_key
@@ -122,9 +126,11 @@ class KeptAliveJson:
         parts = urllib.parse.urlsplit(self.root_url)
         self.secure, self.prefix = parts.scheme == "https", parts.path.rstrip("/")
         self.hostname, self.port = parts.hostname or "localhost", parts.port or (443 if self.secure else 80)
-        self.headers = [("Host", parts.netloc), *headers.items()]
+        # identity: an answer is read as it comes (http.client and urllib ask for no compression either)
+        self.headers = [("Host", parts.netloc), *headers.items(), ("Accept-Encoding", "identity")]
         self.proxied = parts.scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(self.hostname)
         self._idle: list[_Connection] = []
+        self._slots = asyncio.Semaphore(self.MAX_CONNECTIONS)
         self._tls: ssl.SSLContext | None = None  # made for the first https connection
 
     async def post_json(self, path: str, body: dict) -> dict:
@@ -132,8 +138,11 @@ class KeptAliveJson:
             return await in_daemon_thread(self.timeout, post_json, self.given_url + path, body, self.timeout,
                                           self.api_key)
         payload = json.dumps(body).encode()
-        async with asyncio.timeout(self.timeout):
-            status, reason, headers, data = await self._answer(path, payload)
+        try:
+            async with asyncio.timeout(self.timeout), self._slots:
+                status, reason, headers, data = await self._answer(path, payload)
+        except TimeoutError as exc:
+            raise TimeoutError(f"no answer to {path} within {self.timeout:g}s") from exc
         if status >= 400:
             message = email.message.Message()
             for name, value in headers:
@@ -147,8 +156,8 @@ class KeptAliveJson:
                 return await self._exchange(self._idle.pop(), path, payload)
             except (_Stale, ConnectionResetError, BrokenPipeError):
                 continue
-        if self.secure and self._tls is None:
-            self._tls = ssl.create_default_context()
+        if self.secure and self._tls is None:  # loading the CA store reads files: not on the loop
+            self._tls = await in_daemon_thread(None, ssl.create_default_context)
         streams = await asyncio.open_connection(self.hostname, self.port, ssl=self._tls)
         try:
             return await self._exchange(_Connection(*streams), path, payload)
@@ -164,9 +173,13 @@ class KeptAliveJson:
             if protocol.our_state is h11.DONE:
                 protocol.start_next_cycle()
             headers = [*self.headers, ("Content-Length", str(len(payload)))]
-            connection.writer.write(protocol.send(h11.Request(method="POST", target=self.prefix + path,
-                                                              headers=headers))
-                                    + protocol.send(h11.Data(data=payload)) + protocol.send(h11.EndOfMessage()))
+            request = protocol.send(h11.Request(method="POST", target=self.prefix + path, headers=headers))
+        except h11.LocalProtocolError:  # a header this side cannot send (h11's message would quote the key)
+            connection.close()
+            raise ValueError(f"the request to {path} cannot be sent: a header (the API key, the URL) "
+                             "holds characters HTTP does not allow") from None
+        try:
+            connection.writer.write(request + protocol.send(h11.Data(data=payload)) + protocol.send(h11.EndOfMessage()))
             response, pieces, size, received = None, [], 0, False
             while True:
                 event = protocol.next_event()
@@ -174,7 +187,7 @@ class KeptAliveJson:
                     data = await connection.reader.read(READ_BYTES)
                     if not data and not received:
                         raise _Stale()
-                    received = True
+                    received, connection.ended = True, not data
                     protocol.receive_data(data)
                 elif isinstance(event, h11.Response):
                     response = event

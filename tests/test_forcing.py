@@ -259,6 +259,15 @@ def test_two_tasks_asking_the_same_question_at_once_make_one_request(monkeypatch
         with pytest.raises(TimeoutError):
             await first
         assert await second == "x" and asked[-2:] == [("/detokenize", (5,)), ("/detokenize", (5,))]
+        asker = asyncio.ensure_future(tokenizer.detokenize([6]))
+        while not tokenizer._asking:
+            await asyncio.sleep(0)
+        waiter = asyncio.ensure_future(tokenizer.detokenize([6]))
+        await asyncio.sleep(0)  # the waiter waits for the asker's answer
+        asker.cancel(), waiter.cancel()  # both at once (a run that is interrupted)
+        await asyncio.gather(asker, waiter, return_exceptions=True)
+        assert asker.cancelled() and waiter.cancelled() and asked[-1] == ("/detokenize", (6,))
+        assert asked.count(("/detokenize", (6,))) == 1 and not tokenizer._asking  # the waiter did not ask again
 
     asyncio.run(main())
 

@@ -95,14 +95,21 @@ def test_verifying_a_forced_answer_holds_no_send_slot(tmp_path: Path, monkeypatc
 
     events: list[str] = []
     send = engine.send
+    second_sent = asyncio.Event()
 
     async def recorded_send(*args, **kwargs):
         events.append("send")
-        return await send(*args, **kwargs)
+        answer = await send(*args, **kwargs)
+        if events.count("send") == 2:
+            second_sent.set()
+        return answer
 
     async def slow_verify(self, tokenizer, case, transcript, markers):
         events.append("verify")
-        await asyncio.sleep(0.2)
+        try:  # the first answer's verification waits for the other mode's answer, which needs the slot
+            await asyncio.wait_for(second_sent.wait(), 5)
+        except TimeoutError:
+            events.append("the slot stayed taken")
         events.append("verified")
         return []
 

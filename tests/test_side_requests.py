@@ -19,9 +19,10 @@ from conformance.side_requests import KeptAliveJson, in_daemon_thread
 @pytest.fixture
 def raw_server() -> Iterator[Callable[[list[bytes]], str]]:
     """A TCP server on loopback that answers each connection's requests with the next of the given
-    raw byte strings (b"" closes the connection without a word; None hangs); returns its URL."""
+    raw byte strings (b"" closes the connection without a word; None hangs; a 1-tuple is sent, then
+    the connection closed); returns its URL."""
     listener = socket.create_server(("127.0.0.1", 0))
-    answers: list[bytes | None] = []
+    answers: list[bytes | tuple[bytes] | None] = []
     accepted: list[socket.socket] = []
 
     def serve() -> None:
@@ -44,11 +45,13 @@ def raw_server() -> Iterator[Callable[[list[bytes]], str]]:
                     return
                 if not reply:
                     return
-                connection.sendall(reply)
+                connection.sendall(reply[0] if isinstance(reply, tuple) else reply)
+                if isinstance(reply, tuple):
+                    return
 
     threading.Thread(target=serve, daemon=True).start()
 
-    def start(replies: list[bytes | None]) -> str:
+    def start(replies: list[bytes | tuple[bytes] | None]) -> str:
         answers[:] = replies
         return f"http://127.0.0.1:{listener.getsockname()[1]}"
 
@@ -107,14 +110,45 @@ def test_an_answer_that_cannot_be_read_is_a_value_error_naming_the_path(
         _post(raw_server([reply]), "/tokenize")
 
 
-def test_a_server_that_does_not_answer_is_a_timeout(raw_server) -> None:
-    with pytest.raises(TimeoutError):
-        _post(raw_server([None]), "/tokenize", timeout=0.2)
-
-
 def test_a_server_that_closes_a_new_connection_before_answering_is_a_connection_error(raw_server) -> None:
     with pytest.raises(ConnectionResetError, match="closed the connection before answering /tokenize"):
         _post(raw_server([b""]), "/tokenize")
+
+
+def test_an_answer_ended_by_closing_the_connection_is_read_and_the_connection_not_reused(raw_server) -> None:
+    close_delimited = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n[1]"
+    url = raw_server([(close_delimited,), _answer(b"[2]")])
+    assert _post(url, "/a", "/b") == [[1], [2]] and len(raw_server.accepted) == 2
+
+
+def test_a_timeout_names_the_path_and_its_limit(raw_server) -> None:
+    with pytest.raises(TimeoutError, match=r"no answer to /tokenize within 0\.2s"):
+        _post(raw_server([None]), "/tokenize", timeout=0.2)
+
+
+def test_an_api_key_http_cannot_carry_is_refused_without_being_quoted() -> None:
+    async def main() -> None:
+        await KeptAliveJson("http://127.0.0.1:9", 1, "sk-secret\nX: y").post_json("/tokenize", {})
+
+    with pytest.raises(ValueError, match="holds characters HTTP does not allow") as raised:
+        with socket.create_server(("127.0.0.1", 0)) as listener:  # somewhere to connect to
+            client = KeptAliveJson(f"http://127.0.0.1:{listener.getsockname()[1]}", 1, "sk-secret\nX: y")
+            asyncio.run(client.post_json("/tokenize", {}))
+    assert "sk-secret" not in str(raised.value) and raised.value.__cause__ is None
+
+
+def test_at_most_max_connections_requests_are_under_way_at_once(raw_server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(KeptAliveJson, "MAX_CONNECTIONS", 2)
+    url = raw_server([_answer(b"1")] * 6)
+
+    async def main() -> list:
+        client = KeptAliveJson(url, 5, None)
+        try:
+            return list(await asyncio.gather(*(client.post_json(f"/{n}", {}) for n in range(6))))
+        finally:
+            client.close()
+
+    assert asyncio.run(main()) == [1] * 6 and len(raw_server.accepted) == 2
 
 
 def test_the_api_key_goes_as_a_bearer_token_and_the_url_prefix_is_kept() -> None:
