@@ -194,7 +194,9 @@ def main() -> int:
     per_result = cpu / results
     vs_bare, vs_sending = round(cpu / floor_cpu, 3), round(cpu / send_cpu, 3)  # printed and recorded alike
     # Both goals in one figure: the tool's own work beyond its sending, and what they leave for it.
-    own, allowed = cpu - send_cpu, min(floor_cpu * GOAL_VS_BARE_CLIENT, send_cpu * GOAL_VS_SENDING) - send_cpu
+    # (rounded once, printed and recorded alike: rounding the recorded value again could print another digit)
+    own = round(cpu - send_cpu, 3)
+    allowed = round(min(floor_cpu * GOAL_VS_BARE_CLIENT, send_cpu * GOAL_VS_SENDING) - send_cpu, 3)
     break_even = per_result * args.concurrency / GOAL_SHARE  # server seconds per request for share == goal
     measurements = {
         "profile": args.profile, "cases": len(cases), "results": results, "runs": args.runs,
@@ -205,7 +207,7 @@ def main() -> int:
         "sending_alone_cpu_share": round(send_cpu / wall, 4), "import_cpu_seconds": round(import_cpu, 3),
         "tool_vs_bare_client": vs_bare, "goal_vs_bare_client": GOAL_VS_BARE_CLIENT,
         "tool_vs_sending_alone": vs_sending, "goal_vs_sending_alone": GOAL_VS_SENDING,
-        "tool_own_cpu_seconds": round(own, 3), "goals_allow_own_cpu_seconds": round(allowed, 3),
+        "tool_own_cpu_seconds": own, "goals_allow_own_cpu_seconds": allowed,
         "first_run_extra_cpu_seconds": round(first_run_extra, 3),
         "tool_cpu_ms_per_result": round(per_result * 1000, 2), "break_even_latency_seconds": round(break_even, 3),
         "summary": runs[-1][0].summary.line(),
