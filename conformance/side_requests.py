@@ -227,25 +227,30 @@ class _SideThreads:
     MAX_IDLE = 16
 
     def __init__(self) -> None:
-        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        self._idle: list[queue.SimpleQueue[tuple[Callable[[], Any], Callable[[Any], None]]]] = []
         self._lock = threading.Lock()
 
-    def run(self, job: Callable[[], None]) -> None:
-        """Run `job` (which must not raise) in one of the threads."""
+    def run(self, job: Callable[[], Any], then: Callable[[Any], None]) -> None:
+        """Run `job` (which must not raise) in one of the threads, then `then(its result)` there, once
+        the thread is idle again (so whoever `then` wakes finds it free for the next job)."""
         with self._lock:
             jobs = self._idle.pop() if self._idle else None
         if jobs is None:
             jobs = queue.SimpleQueue()
             threading.Thread(target=self._serve, args=(jobs,), daemon=True, name="side-request").start()
-        jobs.put(job)
+        jobs.put((job, then))
 
-    def _serve(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+    def _serve(self, jobs: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[Any], None]]]) -> None:
         while True:
-            jobs.get()()
+            job, then = jobs.get()
+            result = job()
             with self._lock:
-                if len(self._idle) >= self.MAX_IDLE:
-                    return
-                self._idle.append(jobs)
+                kept = len(self._idle) < self.MAX_IDLE
+                if kept:
+                    self._idle.append(jobs)
+            then(result)
+            if not kept:
+                return
 
 
 _SIDE_THREADS = _SideThreads()
@@ -263,16 +268,18 @@ async def in_daemon_thread(timeout: float | None, function: Callable[..., Result
         if not future.done():
             future.set_exception(error) if error is not None else future.set_result(result)
 
-    def work() -> None:
+    def work() -> tuple[Any, BaseException | None]:
         try:
-            outcome: tuple[Any, BaseException | None] = (function(*args), None)
+            return function(*args), None
         except BaseException as exc:  # handed to the awaiting task
-            outcome = (None, exc)
+            return None, exc
+
+    def hand_back(outcome: tuple[Any, BaseException | None]) -> None:
         try:
             loop.call_soon_threadsafe(settle, *outcome)
         except RuntimeError:  # the loop is closed: nobody waits any more
             pass
 
-    _SIDE_THREADS.run(work)
+    _SIDE_THREADS.run(work, hand_back)
     async with asyncio.timeout(timeout):
         return await future
