@@ -163,7 +163,7 @@ class ServerTokenizer:
     answer or error). Requests go over kept-alive connections (`close()` ends them). For one event loop."""
 
     def __init__(self, root_url: str, model: str, api_key: str | None = None, timeout: float = 60) -> None:
-        self.root_url, self.model, self.api_key, self.timeout = root_url, model, api_key, timeout
+        self.model = model
         self._answers: dict[tuple[str, Any], Any] = {}  # (path, text or ids) -> the answer's value
         self._asking: dict[tuple[str, Any], asyncio.Future] = {}  # asked, no answer yet
         self._connections = KeptAliveJson(root_url, timeout, api_key)
