@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from conformance.case_model import Case, Mode
+from conformance.json_codec import parse_json
 from conformance.locations import format_path
 from conformance.profiles import expectation_for
 from conformance.replay import replay_chat, replay_responses
@@ -87,7 +88,7 @@ def shape_problems(transcript: Transcript) -> list[str]:
         payloads = []
         for number, line in enumerate(transcript.sse, start=1):
             try:
-                payloads.append((f"data line {number}", json.loads(line.data)))
+                payloads.append((f"data line {number}", parse_json(line.data)))
             except json.JSONDecodeError:
                 continue  # read_stream reports those
     else:

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from conformance.case_model import Case, Mode
+from conformance.json_codec import parse_json
 from conformance.checks import SkipKind
 from conformance.transcript import ServerStamp, SseLine, Transcript
 
@@ -247,7 +248,7 @@ async def _sse_payloads(lines: AsyncIterator[str]) -> AsyncIterator[str]:
 def _body_of(raw: bytes | str) -> Any:
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     try:
-        return json.loads(text)
+        return parse_json(text)
     except json.JSONDecodeError:
         return text
 

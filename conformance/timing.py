@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from conformance.json_codec import parse_json
 from conformance.wire import REASONING_KEYS
 from conformance.transcript import Transcript
 
@@ -34,7 +35,7 @@ def _stream_events(transcript: Transcript) -> tuple[dict[Metric, float | None], 
         times["first_byte"], lines["first_byte"] = transcript.sse[0].t, 1
     for number, line in enumerate(transcript.sse, start=1):
         try:
-            payload = json.loads(line.data)
+            payload = parse_json(line.data)
         except json.JSONDecodeError:
             continue
         for metric in _metrics_in(payload, transcript.endpoint):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from conformance.case_model import Mode
+from conformance.json_codec import json_text, parse_json
 
 TRANSCRIPTS_FILE = "transcripts.jsonl"
 
@@ -91,20 +92,6 @@ class TranscriptError(ValueError):
     """A transcripts file that cannot be read; the message names the file and line."""
 
 
-if json.encoder.c_make_encoder is not None:
-    # json.dumps(value, ensure_ascii=False) without its per-call set-up: the C encoder made once, and no
-    # check for circular references (the values are parsed JSON, which cannot hold one; one would be a
-    # RecursionError). A fifth less CPU for a run's transcripts.
-    _JSON_PIECES = json.encoder.c_make_encoder(None, json.JSONEncoder().default, json.encoder.encode_basestring,
-                                               None, ": ", ", ", False, False, True)
-
-    def json_text(value: Any) -> str:
-        """`value` as json.dumps(value, ensure_ascii=False) writes it."""
-        return "".join(_JSON_PIECES(value, 0))
-else:  # an interpreter without the C encoder
-    json_text = json.JSONEncoder(ensure_ascii=False).encode
-
-
 def _json_line(record: dict[str, Any]) -> bytes:
     try:
         return (json_text(record) + "\n").encode("utf-8")
@@ -154,7 +141,7 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                record = parse_json(line)
             except RecursionError as exc:
                 raise TranscriptError(f"{path}:{number}: JSON nested too deeply to read") from exc
             except ValueError as exc:  # invalid JSON, or an integer past Python's digit limit

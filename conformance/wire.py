@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.case_model import MESSAGE_FIELDS
+from conformance.json_codec import parse_json
 from conformance.transcript import Transcript
 
 
@@ -142,7 +143,7 @@ def _read_stream(transcript: Transcript) -> StreamReading:
             done = True
             continue
         try:
-            payload = json.loads(line.data)
+            payload = parse_json(line.data)
         except json.JSONDecodeError as exc:
             invalid.append(f"data line {number} is not JSON ({exc.msg}): {line.data[:80]!r}")
             continue
@@ -290,7 +291,7 @@ def usage_of(transcript: Transcript) -> dict[str, Any] | None:
     usage = None
     for line in transcript.sse:
         try:
-            payload = json.loads(line.data)
+            payload = parse_json(line.data)
         except json.JSONDecodeError:
             continue
         if isinstance(payload, Mapping):

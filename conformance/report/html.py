@@ -21,7 +21,8 @@ from conformance.results import (
     summaries_by_profile,
     summarize,
 )
-from conformance.transcript import Transcript, json_text
+from conformance.json_codec import json_text
+from conformance.transcript import Transcript
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
