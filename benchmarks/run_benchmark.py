@@ -1,6 +1,6 @@
 """Wall time of the default case set against one server, and this tool's own CPU time as a share of it.
 
-    .venv/bin/python benchmarks/run_benchmark.py [--profile hf] [--runs 3] [--concurrency 8]
+    .venv/bin/python benchmarks/run_benchmark.py [--profile hf] [--runs 7] [--concurrency 8]
     .venv/bin/python benchmarks/run_benchmark.py --base-url URL --model NAME --profile hf
 
 Without --base-url it builds the tiny checkpoint and launches real vLLM (start-up is not counted).
@@ -11,7 +11,11 @@ writing transcripts and results) plus rendering the reports; the server runs in 
 and is not counted. Costs paid once per process are printed apart: importing the libraries, and
 the first run's extra (openai-python builds its Responses models lazily, on first use, about
 0.3-0.8 s of CPU). The default set runs `--runs` times in one process; the first run is the cold
-one, the share is taken from the others.
+one, the share is taken from the others. The three measurements of a run take turns going first
+(tool, bare client, sending; then bare client, sending, tool; ...), so none of them is always the
+one measured right after another's load; the medians come from the warm runs, and the spread of the
+per-run ratios is printed beside them: on two cores next to a busy vLLM the same requests cost from
+0.35 s to 0.75 s of CPU from one run to the next, so a verdict needs several runs.
 
 For scale, the same model requests are also sent twice more: by a bare `AsyncOpenAI` client that
 does what any application does and nothing more (`create(...)`, iterate the stream, drop it),
@@ -140,12 +144,22 @@ async def sending_alone_run(cases: Sequence[Any], target: Any, concurrency: int)
     return len(jobs)
 
 
+def taking_turns(names: Sequence[str], number: int) -> tuple[str, ...]:
+    """The order of the measurements in run `number`: each goes first in turn."""
+    shift = number % len(names)
+    return (*names[shift:], *names[:shift])
+
+
+def spread(values: Sequence[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", default="hf")
     parser.add_argument("--base-url")
     parser.add_argument("--model")
-    parser.add_argument("--runs", type=int, default=3, help="runs of the default set in one process (>= 2)")
+    parser.add_argument("--runs", type=int, default=7, help="runs of the default set in one process (>= 2)")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     args = parser.parse_args()
@@ -170,15 +184,21 @@ def main() -> int:
         markers,
     ):
         for number in range(args.runs):
-            output, wall, cpu = measure(lambda: tool_run(cases, target, markers, Path(tmp) / f"run{number}",
-                                                         args.concurrency))
+            measured: dict[str, tuple[Any, float, float]] = {}
+            plan = {
+                "tool": lambda: tool_run(cases, target, markers, Path(tmp) / f"run{number}", args.concurrency),
+                "bare": lambda: asyncio.run(bare_client_run(cases, target, args.concurrency)),
+                "sending": lambda: asyncio.run(sending_alone_run(cases, target, args.concurrency)),
+            }
+            order = taking_turns(tuple(plan), number)
+            for name in order:
+                measured[name] = measure(plan[name])
+            (output, wall, cpu), (requests, floor_wall, floor_cpu), (_, send_wall, send_cpu) = (
+                measured["tool"], measured["bare"], measured["sending"])
             runs.append((output, wall, cpu))
-            requests, floor_wall, floor_cpu = measure(lambda: asyncio.run(bare_client_run(cases, target,
-                                                                                          args.concurrency)))
             floors.append((floor_wall, floor_cpu))
-            _, send_wall, send_cpu = measure(lambda: asyncio.run(sending_alone_run(cases, target, args.concurrency)))
             sending.append(send_cpu)
-            print(f"run {number + 1}: {len(output.results)} results in {wall:.2f} s, tool CPU {cpu:.2f} s "
+            print(f"run {number + 1} ({', '.join(order)}): {len(output.results)} results in {wall:.2f} s, tool CPU {cpu:.2f} s "
                   f"({cpu / wall:.1%}); bare client: {requests} requests in {floor_wall:.2f} s, CPU {floor_cpu:.2f} s; "
                   f"sending alone: {send_wall:.2f} s, CPU {send_cpu:.2f} s", file=sys.stderr)
 
@@ -188,6 +208,9 @@ def main() -> int:
     floor_cpu = statistics.median(c for _, c in floors[1:])
     send_cpu = statistics.median(sending[1:])
     first_run_extra = runs[0][2] - cpu
+    # the per-run ratios, for their spread (the verdict is on the medians' ratios)
+    per_run_vs_bare = [c / f for (_, _, c), (_, f) in zip(warm, floors[1:])]
+    per_run_vs_sending = [c / s for (_, _, c), s in zip(warm, sending[1:])]
     results = len(runs[-1][0].results)
     share, floor_share = cpu / wall, floor_cpu / wall
     added_share = (cpu - floor_cpu) / wall
@@ -207,6 +230,8 @@ def main() -> int:
         "sending_alone_cpu_share": round(send_cpu / wall, 4), "import_cpu_seconds": round(import_cpu, 3),
         "tool_vs_bare_client": vs_bare, "goal_vs_bare_client": GOAL_VS_BARE_CLIENT,
         "tool_vs_sending_alone": vs_sending, "goal_vs_sending_alone": GOAL_VS_SENDING,
+        "per_run_tool_vs_bare_client": [round(r, 3) for r in per_run_vs_bare],
+        "per_run_tool_vs_sending_alone": [round(r, 3) for r in per_run_vs_sending],
         "tool_own_cpu_seconds": own, "goals_allow_own_cpu_seconds": allowed,
         "first_run_extra_cpu_seconds": round(first_run_extra, 3),
         "tool_cpu_ms_per_result": round(per_result * 1000, 2), "break_even_latency_seconds": round(break_even, 3),
@@ -219,6 +244,8 @@ def main() -> int:
     print(f"the tool's driver sending the requests and nothing else: {send_cpu:.2f} s CPU = {send_cpu / wall:.1%}")
     print(f"tool CPU / bare client CPU: {vs_bare:.2f} (goal <= {GOAL_VS_BARE_CLIENT}); "
           f"tool CPU / its sending alone: {vs_sending:.2f} (goal <= {GOAL_VS_SENDING})")
+    print(f"run by run (the noise the medians take out): tool / bare client {spread(per_run_vs_bare)}, "
+          f"tool / sending alone {spread(per_run_vs_sending)}")
     print(f"the tool's own work beyond its sending: {own:.2f} s of CPU; the goals leave it {allowed:.2f} s "
           f"(the bare client's CPU or {GOAL_VS_SENDING} x the sending, whichever is less, minus the sending)")
     print(f"tool CPU per result: {per_result * 1000:.1f} ms; once per process: imports {import_cpu:.2f} s, "

@@ -18,7 +18,7 @@ BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "run_benchmark.
 def test_the_benchmark_prints_both_ratios_with_their_goals_and_exits_by_them(tmp_path: Path) -> None:
     with fake_server() as server:
         completed = subprocess.run(
-            [sys.executable, str(BENCHMARK), "--base-url", server.base_url, "--model", "fake", "--runs", "2",
+            [sys.executable, str(BENCHMARK), "--base-url", server.base_url, "--model", "fake", "--runs", "3",
              "--json", str(tmp_path / "bench.json")],
             capture_output=True, text=True, timeout=300,
         )
@@ -37,6 +37,14 @@ def test_the_benchmark_prints_both_ratios_with_their_goals_and_exits_by_them(tmp
     assert allowed == pytest.approx(min(bare, 1.5 * sending) - sending, abs=0.002)
     assert f"the tool's own work beyond its sending: {own:.2f} s of CPU; the goals leave it {allowed:.2f} s" \
         in completed.stdout
+    # each measurement goes first in turn, and the verdict's medians come with the per-run spread
+    assert [line.split(":")[0] for line in completed.stderr.splitlines() if line.startswith("run ")] == [
+        "run 1 (tool, bare, sending)", "run 2 (bare, sending, tool)", "run 3 (sending, tool, bare)"]
+    per_run = measured["per_run_tool_vs_sending_alone"]
+    assert len(per_run) == 2 and min(per_run) <= vs_sending * 1.02 and max(per_run) >= vs_sending * 0.98
+    assert (f"run by run (the noise the medians take out): tool / bare client "
+            f"{min(measured['per_run_tool_vs_bare_client']):.2f}-{max(measured['per_run_tool_vs_bare_client']):.2f}, "
+            f"tool / sending alone {min(per_run):.2f}-{max(per_run):.2f}") in completed.stdout
 
 
 @pytest.mark.parametrize("script", sorted(path.name for path in BENCHMARK.parent.glob("*.py")))
