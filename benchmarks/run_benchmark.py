@@ -202,8 +202,9 @@ def main() -> int:
             runs.append((output, wall, cpu))
             floors.append((floor_wall, floor_cpu))
             sending.append(send_cpu)
-            print(f"run {number + 1} ({', '.join(order)}): {len(output.results)} results in {wall:.2f} s, tool CPU {cpu:.2f} s "
-                  f"({cpu / wall:.1%}); bare client: {requests} requests in {floor_wall:.2f} s, CPU {floor_cpu:.2f} s; "
+            print(f"run {number + 1} ({', '.join(order)}): {len(output.results)} results in {wall:.2f} s, "
+                  f"tool CPU {cpu:.2f} s ({cpu / wall:.1%}); bare client: {requests} requests in {floor_wall:.2f} s, "
+                  f"CPU {floor_cpu:.2f} s; "
                   f"sending alone: {send_wall:.2f} s, CPU {send_cpu:.2f} s", file=sys.stderr)
 
     warm = runs[1:]

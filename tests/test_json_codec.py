@@ -74,7 +74,8 @@ def test_broken_texts_fail_alike(value: Any, data: st.DataObject) -> None:
     text = json.dumps(value, ensure_ascii=data.draw(st.booleans()))
     at = data.draw(st.integers(0, len(text)))
     change = data.draw(st.sampled_from(["cut", "insert", "replace"]))
-    piece = data.draw(st.sampled_from(list('{}[],:"\\ \t\n0e-+.nNItfu') + ["\ud800", "\x00", "\u2028"]) | st.text(max_size=2))
+    pieces = list('{}[],:"\\ \t\n0e-+.nNItfu') + ["\ud800", "\x00", "\u2028"]
+    piece = data.draw(st.sampled_from(pieces) | st.text(max_size=2))
     if change == "cut":
         text = text[:at]
     elif change == "insert":
@@ -95,8 +96,4 @@ def test_edges_alike(text: str) -> None:
 
 @given(values)
 def test_json_text_is_json_dumps(value: Any) -> None:
-    try:
-        expected = json.dumps(value, ensure_ascii=False)
-    except ValueError:  # a circular value cannot be made by the strategy; nothing else raises
-        pytest.fail("json.dumps raised")
-    assert json_text(value) == expected
+    assert json_text(value) == json.dumps(value, ensure_ascii=False)
