@@ -24,8 +24,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from conformance.case_model import Case, Mode
-from conformance.json_codec import parse_json
 from conformance.checks import SkipKind
+from conformance.json_codec import parse_json
 from conformance.transcript import ServerStamp, SseLine, Transcript
 
 if TYPE_CHECKING:
