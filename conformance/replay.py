@@ -12,7 +12,9 @@ Two shortcuts keep this cheap, each held equal to the SDK's own way by tests/tes
   per token the parser swallows), the last perhaps with the finish reason, are fed as one chunk with
   their texts joined: the accumulator concatenates strings, so it ends the same, and such chunks
   fire no event that changes the state (the finish reason's "done" events follow the same rebuild).
-  This is done only where it provably changes nothing (`_ChunkFeed._joinable_run`); elsewhere every
+  A run of such chunks that appends nothing at all (empty deltas, as vLLM sends before a tool call)
+  is left out where the next chunk rebuilds the message anyway (`_ChunkFeed.run_then_one`).
+  This is done only where it provably changes nothing (`_ChunkFeed._joinable`); elsewhere every
   chunk is fed.
 """
 
@@ -143,12 +145,13 @@ def replay_chat(chunks: Sequence[Mapping[str, Any]], tools: Sequence[Any]) -> tu
         appended = _appended(chunk)
         other_call = appended is not None and None not in (appended.call_index, call_index) \
             and appended.call_index != call_index
-        if appended is None or other_call:
+        if appended is None:
+            feed.run_then_one(run, call_index, chunk)
+            run, call_index = [], None
+            continue
+        if other_call:
             feed.run(run, call_index)
             run, call_index = [], None
-        if appended is None:
-            feed.one(chunk)
-            continue
         run.append((chunk, appended))
         call_index = call_index if appended.call_index is None else appended.call_index
         if appended.finishes:  # the finish reason ends a run
@@ -243,7 +246,24 @@ class _ChunkFeed:
     def one(self, chunk: Mapping[str, Any]) -> None:
         from openai.types.chat import ChatCompletionChunk
 
+        self._handle(*_build(ChatCompletionChunk, chunk))
+
+    def run_then_one(self, run: Sequence[tuple[Mapping[str, Any], _Appended]], call_index: int | None,
+                     chunk: Mapping[str, Any]) -> None:
+        """Feed a run of appending chunks, then `chunk`. A run that appends nothing (every delta
+        empty: vLLM sends one per token its parser swallows, as before a tool call) is left out where
+        it is joinable and `chunk` fits exactly with choice 0 alone: such a run only rebuilds choice
+        0's message from its dump (which `_joinable` holds to change nothing) and sets the snapshot's
+        usage and system_fingerprint, and `chunk` rebuilds the message again and sets both from itself."""
+        from openai.types.chat import ChatCompletionChunk
+
         built, exact = _build(ChatCompletionChunk, chunk)
+        rebuilds_choice_0 = exact and len(built.choices) == 1 and built.choices[0].index == 0
+        if not (rebuilds_choice_0 and run and _appends_nothing(run) and self._joinable(None)):
+            self.run(run, call_index)
+        self._handle(built, exact)
+
+    def _handle(self, built: Any, exact: bool) -> None:
         self.all_exact = self.all_exact and exact
         self.state.handle_chunk(built)
         self.started = True
@@ -293,6 +313,12 @@ class _ChunkFeed:
             return False
         choices = self.state.current_completion_snapshot.choices
         return bool(choices) and not choices[0].finish_reason and _calls_are_named(choices[0].message)
+
+
+def _appends_nothing(run: Sequence[tuple[Mapping[str, Any], _Appended]]) -> bool:
+    """Whether every chunk of a run has an empty delta (a run never holds a finish reason but as its end,
+    and `replay_chat` feeds a run at once when it ends so)."""
+    return all(not appended.texts and appended.arguments is None for _, appended in run)
 
 
 def _calls_are_named(message: Any) -> bool:

@@ -143,6 +143,29 @@ def test_a_replay_ends_as_the_sdks_own_accumulator_ends(chunks: list[dict], tool
     assert outcome(replay_chat, chunks, tools) == outcome(sdk_replay, chunks, tools)
 
 
+# Streams as vLLM sends them, every chunk fitting the SDK's types exactly, so that runs are joined
+# (or left out) as often as they are in a real run: text pieces, empty deltas (a swallowed token),
+# call heads, whole calls and argument pieces, a usage on any chunk, finish reasons.
+exact_text_chunk = st.builds(lambda texts: chat_chunk(texts),
+                             st.dictionaries(st.sampled_from(sorted(TEXT_FIELDS)), text, max_size=2))
+exact_piece = st.builds(lambda index, piece: chat_chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
+                        st.integers(0, 1), text)
+exact_whole_call = st.integers(0, 1).map(lambda index: chat_chunk({"tool_calls": [{
+    "index": index, "id": f"call_{index}", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]}))
+with_usage = st.builds(lambda chunk, usage_: {**chunk, "usage": usage_}, st.one_of(exact_text_chunk, st.just(chat_chunk({}))),
+                       st.one_of(st.none(), st.just({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3})))
+exact_finish = st.sampled_from(["stop", "tool_calls", "length"]).map(lambda reason: chat_chunk({}, finish_reason=reason))
+exact_stream = st.builds(lambda middle: [ROLE, *middle], st.lists(st.one_of(
+    exact_text_chunk, st.just(chat_chunk({})), st.just(chat_chunk({})), with_usage, call_head, exact_whole_call,
+    exact_piece, exact_finish), max_size=14))  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(exact_stream, tools)
+def test_a_well_formed_stream_ends_as_the_sdks_own_accumulator_ends(chunks: list[dict], tools: list[dict]) -> None:
+    assert outcome(replay_chat, chunks, tools) == outcome(sdk_replay, chunks, tools)
+
+
 def fed_deltas(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     """The delta of every chunk the accumulator is fed from now on."""
     fed: list[dict] = []
@@ -165,6 +188,26 @@ def test_a_run_of_text_chunks_is_fed_as_one_and_nothing_else_is(monkeypatch: pyt
     assert fed == [{"role": "assistant", "content": ""}, {"reasoning": "abc", "content": "x"}, {"tool_calls": [call]},
                    {}, {"content": "y"}, {"content": "z"}]
     assert replayed == sdk_replay(chunks, []) and replayed[0]["content"] == "xyz"
+
+
+def test_empty_deltas_before_a_chunk_that_rebuilds_the_message_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    usage_ = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+    chunks = [ROLE, chat_chunk({}), {**chat_chunk({}), "usage": usage_}, chat_chunk({"tool_calls": [call]}),
+              chat_chunk({}, finish_reason="tool_calls")]
+    expected = sdk_replay(chunks, [])
+    fed = fed_deltas(monkeypatch)
+    assert replay_chat(chunks, []) == expected
+    assert fed == [ROLE["choices"][0]["delta"], {"tool_calls": [call]}, {}]
+    # the same run before a chunk for two choices, or before one that does not fit the SDK's types, is fed
+    two_choices = {**chat_chunk({"tool_calls": [call]}), "choices": [
+        chat_chunk({"tool_calls": [call]})["choices"][0], {"index": 1, "delta": {"content": "b"}, "finish_reason": None}]}
+    inexact = {**chat_chunk({"tool_calls": [call]}), "created": "0"}
+    for chunk in (two_choices, inexact):
+        stream = [ROLE, chat_chunk({}), chat_chunk({}), chunk]
+        expected = sdk_replay(stream, [])
+        fed.clear()
+        assert replay_chat(stream, []) == expected and len(fed) == 3  # the two empty deltas joined
 
 
 def test_argument_pieces_of_the_current_call_are_fed_as_one_unless_a_tool_is_strict(
