@@ -8,8 +8,6 @@ from html import escape
 import xml.etree.ElementTree as ET
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from conformance.checks import Check
 from conformance.engine import write_reports
@@ -167,27 +165,3 @@ def test_markdown_and_html_show_the_server_flags_and_every_error_row():
     assert "| server flags | --tool-call-parser hf |" in text
     assert "| 💥 | crashed[stream] | hf |  |  |  | recording: case 'crashed' is not in the case set |" in text
     assert "<th>server flags</th><td>--tool-call-parser hf</td>" in html.render(unexplained, stamp)
-
-
-
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4),
-    max_leaves=20,
-)
-
-
-def laid_out(value, level: int = 0) -> str:
-    """The layout spelled out: containers indented by two spaces, lists of scalars on one line."""
-    pad, end = "  " * (level + 1), "  " * level
-    if isinstance(value, dict) and value:
-        items = [f"{pad}{json.dumps(key, ensure_ascii=False)}: {laid_out(item, level + 1)}" for key, item in value.items()]
-        return "{\n" + ",\n".join(items) + f"\n{end}}}"
-    if isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value):
-        return "[\n" + ",\n".join(pad + laid_out(item, level + 1) for item in value) + f"\n{end}]"
-    return json.dumps(value, ensure_ascii=False)
-
-
-@given(json_values)
-def test_html_json_keeps_lists_of_scalars_on_one_line(value):
-    assert html._json(value) == laid_out(value)

@@ -1,11 +1,15 @@
 """A single self-contained HTML page: the stamp, outcome counts, the findings across the run, then
 one collapsible drill-down per case x mode x profile (worst first) with its checks (expected vs
 actual), the forced output, the request sent, the message a client sees, the raw stream (with
-arrival times) or the response, and the error body."""
+arrival times) or the response, and the error body.
+
+JSON values are written compact (`json_text`: every number and escape as json writes it) and laid out
+by the page's own script when it loads (`LAYOUT`: indented by two, a list of plain values on one line),
+from the text's own tokens. Laying them out here was half of the page's CPU; without the script they
+stay readable on one line."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
@@ -37,37 +41,72 @@ pre{background:#f6f8fa;padding:.5em;margin:.2em 0;overflow-x:auto;white-space:pr
 .note{color:#57606a}
 details{border-bottom:1px solid #eee;padding:.2em 0}summary{cursor:pointer}
 """
+# Lays out every `pre.json` in place: the compact text rewritten as json.dumps(indent=2) lays the value
+# out, except that a list of plain values (token ids, enums) stays on one line. It reads the text's own
+# tokens, never JSON.parse: numbers past 2**53, -0.0, NaN and key order stay as recorded.
+LAYOUT = r"""
+(function () {
+  function layout(text) {
+    var i = 0;
+    function skip() { while (text[i] === ' ') i++; }
+    function string() {
+      var start = i++;
+      while (i < text.length && text[i] !== '"') i += text[i] === '\\' ? 2 : 1;
+      if (i >= text.length) throw new Error('unterminated string');
+      return text.slice(start, ++i);
+    }
+    function node() {
+      skip();
+      var open = text[i], items = [];
+      if (open === '{' || open === '[') {
+        var close = open === '{' ? '}' : ']';
+        i++; skip();
+        if (text[i] === close) { i++; return {open: open, items: items}; }
+        while (i < text.length) {
+          skip();
+          if (open === '{') { var key = string(); skip(); i++; items.push([key, node()]); }
+          else items.push(node());
+          skip();
+          if (text[i++] === close) return {open: open, items: items};
+        }
+        throw new Error('unclosed ' + open);
+      }
+      if (open === '"') return {text: string()};
+      var start = i;
+      while (i < text.length && ',]} '.indexOf(text[i]) < 0) i++;
+      if (i === start) throw new Error('no value at ' + i);
+      return {text: text.slice(start, i)};
+    }
+    function print(n, depth) {
+      if (!n.open) return n.text;
+      var pad = '  '.repeat(depth + 1), end = '\n' + '  '.repeat(depth);
+      if (n.open === '{') {
+        if (!n.items.length) return '{}';
+        return '{\n' + n.items.map(function (kv) { return pad + kv[0] + ': ' + print(kv[1], depth + 1); }).join(',\n') + end + '}';
+      }
+      if (n.items.every(function (item) { return !item.open; }))
+        return '[' + n.items.map(function (item) { return item.text; }).join(', ') + ']';
+      return '[\n' + n.items.map(function (item) { return pad + print(item, depth + 1); }).join(',\n') + end + ']';
+    }
+    var laid = print(node(), 0);
+    skip();
+    if (i !== text.length) throw new Error('not one JSON value');
+    return laid;
+  }
+  document.querySelectorAll('pre.json').forEach(function (pre) {
+    try { pre.textContent = layout(pre.textContent); } catch (e) { /* left compact */ }
+  });
+  document.body.dataset.ready = 'yes';
+})();
+"""
 SEVERITY = {"error": 0, "fail": 1, "skip": 2, "pass": 3}
 
 
-_STRING = json.encoder.encode_basestring  # what json_text does with a str, without the call around it
-_CONTAINERS = frozenset({dict, list, tuple})  # the types of JSON values the page lays out over lines
-
-
-def _json(value: Any, depth: int = 0) -> str:
-    """JSON indented by 2 as json.dumps(indent=2) lays it out, except that a list of plain values
-    (token ids, enums) stays on one line. Built from the C encoder's one-line pieces: json.dumps
-    with an indent runs the pure-Python encoder, which was most of the HTML report's cost. (A
-    circular value, which JSON cannot hold, is a RecursionError.)"""
-    if type(value) is str:  # most values: the common case first
-        return _STRING(value)
-    if isinstance(value, dict) and value:
-        inner = "  " * (depth + 1)
-        items = [f"{inner}{_json_key(key)}: {_json(item, depth + 1)}" for key, item in value.items()]
-        return "{\n" + ",\n".join(items) + "\n" + "  " * depth + "}"
-    if isinstance(value, (list, tuple)) and not _CONTAINERS.isdisjoint(map(type, value)):  # (C loops: token ids)
-        inner = "  " * (depth + 1)
-        return "[\n" + ",\n".join([inner + _json(item, depth + 1) for item in value]) + "\n" + "  " * depth + "]"
-    return json_text(value)
-
-
-def _json_key(key: Any) -> str:
-    """A dict key as json.dumps writes it (numbers, booleans and None become strings)."""
-    return _STRING(key if isinstance(key, str) else json.dumps(key))
-
-
 def _pre(value: Any) -> str:
-    return f"<pre>{escape(value if isinstance(value, str) else _json(value))}</pre>"
+    """A text as it is; any other value as its JSON text, which LAYOUT lays out."""
+    if isinstance(value, str):
+        return f"<pre>{escape(value)}</pre>"
+    return f"<pre class='json'>{escape(json_text(value))}</pre>"
 
 
 def _anchor(result: CaseResult) -> str:
@@ -199,5 +238,5 @@ def render(
     ]
     for r in ordered:
         _case_details(r, by_key.get((r.case_id, r.mode, r.profile, r.repeat)), parts)
-    parts.append("</body></html>\n")
+    parts.append(f"<script>{LAYOUT}</script></body></html>\n")
     return "".join(parts)
