@@ -1,6 +1,6 @@
 """Wall time of the default case set against one server, and this tool's own CPU time as a share of it.
 
-    .venv/bin/python benchmarks/run_benchmark.py [--profile hf] [--runs 7] [--concurrency 8]
+    .venv/bin/python benchmarks/run_benchmark.py [--profile hf] [--runs 11] [--concurrency 8]
     .venv/bin/python benchmarks/run_benchmark.py --base-url URL --model NAME --profile hf
 
 Without --base-url it builds the tiny checkpoint and launches real vLLM (start-up is not counted).
@@ -15,7 +15,9 @@ one, the share is taken from the others. The three measurements of a run take tu
 (tool, bare client, sending; then bare client, sending, tool; ...), so none of them is always the
 one measured right after another's load; the medians come from the warm runs, and the spread of the
 per-run ratios is printed beside them: on two cores next to a busy vLLM the same requests cost from
-0.35 s to 0.75 s of CPU from one run to the next, so a verdict needs several runs.
+0.35 s to 0.75 s of CPU from one run to the next, so a verdict needs several runs: with ten warm
+runs (the default) the medians' ratios moved by a few hundredths between benchmarks, with six by
+up to a tenth.
 
 For scale, the same model requests are also sent twice more: by a bare `AsyncOpenAI` client that
 does what any application does and nothing more (`create(...)`, iterate the stream, drop it),
@@ -163,7 +165,7 @@ def main() -> int:
     parser.add_argument("--profile", default="hf")
     parser.add_argument("--base-url")
     parser.add_argument("--model")
-    parser.add_argument("--runs", type=int, default=7, help="runs of the default set in one process (>= 2)")
+    parser.add_argument("--runs", type=int, default=11, help="runs of the default set in one process (>= 2)")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--json", type=Path, help="also write the measurements here")
     args = parser.parse_args()
