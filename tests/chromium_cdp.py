@@ -17,6 +17,15 @@ from typing import Any
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+
+def keep_artifact(path: Path) -> Path:
+    """Copy a screenshot into $CONFORMANCE_ARTIFACTS when that is set (CI keeps them); returns `path`."""
+    directory = os.environ.get("CONFORMANCE_ARTIFACTS")
+    if directory:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(directory) / path.name)
+    return path
+
 class Chromium:
     """One browser with one page; `call` sends a DevTools command and returns its result."""
 

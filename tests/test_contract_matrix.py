@@ -5,7 +5,6 @@ HTML page in a real headless Chromium; plus the matrix of real legacy and hf run
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from conformance.cli import main
 from conformance.gate import read_run_dir
 from conformance.matrix import build_matrix
 from conformance.report import matrix_html, matrix_markdown
-from tests.chromium_cdp import CHROMIUM, Chromium
+from tests.chromium_cdp import CHROMIUM, Chromium, keep_artifact
 from tests.engine_helpers import load_cases, modes_needing_another_variant
 from tests.fake_server import ALLOWED_ORIGIN, fake_server
 
@@ -154,10 +153,7 @@ def test_the_html_page_highlights_the_differing_cells_in_headless_chromium(runs,
             " getComputedStyle(td).backgroundColor !== getComputedStyle(td.parentElement).backgroundColor; })"
             ".map(function (td) { var tr = td.parentElement; return [tr.id, Array.prototype.indexOf.call(tr.children, td) - 2]; })")
         assert sorted(map(tuple, cells)) == sorted((f"row-{case}-{mode}", i) for case, mode, i in differing)
-        shot = browser.screenshot(tmp_path / "contract-matrix.png", full_page=True)
-        if os.environ.get("CONFORMANCE_ARTIFACTS"):
-            Path(os.environ["CONFORMANCE_ARTIFACTS"]).mkdir(parents=True, exist_ok=True)
-            shutil.copy(shot, Path(os.environ["CONFORMANCE_ARTIFACTS"]) / shot.name)
+        keep_artifact(browser.screenshot(tmp_path / "contract-matrix.png", full_page=True))
         # The filter keeps the behaviours that differ; a row's fragment undoes it to show that row.
         browser.open(page.as_uri() + "?differs=1")
         shown = browser.evaluate("Array.from(document.querySelectorAll('tr.row')).filter(function (r) {"

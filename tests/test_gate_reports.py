@@ -9,7 +9,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -24,7 +23,7 @@ from PIL import Image
 from conformance.report import gate_actions, gate_annotations, gate_chart, gate_html, gate_junit, gate_markdown, gate_view
 from conformance.profiles import cors_advice_for
 from conformance.report.gate import write_gate_reports
-from tests.chromium_cdp import CHROMIUM, Chromium
+from tests.chromium_cdp import CHROMIUM, Chromium, keep_artifact
 from tests.gate_samples import HOSTILE, full_gate, huge_gate, passing_gate
 
 REPO = Path(__file__).resolve().parent.parent
@@ -390,14 +389,10 @@ def test_html_in_headless_chromium_shows_the_table_and_the_chart_and_opens_fragm
                             "document.getElementById('timing-chart').naturalWidth]") == [True, width]
     assert browser.evaluate(_visible("#timing-chart"))
     assert browser.evaluate("document.querySelectorAll('tr.detail:not([hidden])').length") == 0
-    shot = browser.screenshot(tmp_path / "gate-report.png", full_page=True)
+    shot = keep_artifact(browser.screenshot(tmp_path / "gate-report.png", full_page=True))
     image = Image.open(shot).convert("RGB")
     assert image.height > 2000 and _pixels_near(image, gate_chart.COLORS["candidate"]) > 200  # the chart drawn
     assert _pixels_near(image, "#cf222e", 10) > 500  # the red unacknowledged marks
-    if os.environ.get("CONFORMANCE_ARTIFACTS"):
-        artifacts = Path(os.environ["CONFORMANCE_ARTIFACTS"])
-        artifacts.mkdir(parents=True, exist_ok=True)
-        shutil.copy(shot, artifacts / shot.name)
 
     # A difference's fragment (under an acknowledged row, while the filter shows only unacknowledged
     # rows) resets the filter, expands its row and brings it into view.
@@ -407,9 +402,7 @@ def test_html_in_headless_chromium_shows_the_table_and_the_chart_and_opens_fragm
     assert browser.evaluate(f"document.getElementById({json.dumps(target)}).closest('tr.detail').hidden") is False
     assert browser.evaluate(_in_viewport(target))
     assert browser.evaluate(f"document.getElementById({json.dumps(target)}).classList.contains('target')")
-    browser.screenshot(tmp_path / "gate-report-fragment.png")
-    if os.environ.get("CONFORMANCE_ARTIFACTS"):
-        shutil.copy(tmp_path / "gate-report-fragment.png", Path(os.environ["CONFORMANCE_ARTIFACTS"]))
+    keep_artifact(browser.screenshot(tmp_path / "gate-report-fragment.png"))
 
     # A case fragment opens that row.
     browser.open(f"{url}#case-content-after-call")

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 from html import escape
 from pathlib import Path
 
@@ -19,7 +17,7 @@ from conformance.checks import Check
 from conformance.report import html
 from conformance.report.stamp import make_stamp
 from conformance.results import CaseResult
-from tests.chromium_cdp import CHROMIUM, Chromium
+from tests.chromium_cdp import CHROMIUM, Chromium, keep_artifact
 from tests.engine_helpers import STAMP, response_transcript, stream_transcript
 
 pytestmark = pytest.mark.skipif(
@@ -110,8 +108,5 @@ def test_a_run_report_shows_requests_streams_and_responses_as_text(browser, tmp_
     assert any(hostile in row for row in rows) and rows[-1] == f"{stream.sse[-1].t:.3f}s[DONE]"
     assert '"token_ids": [1, 2, 3]' in laid_out(response.response)
     browser.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
-    shot = browser.screenshot(tmp_path / "run-report.png", full_page=True)
-    if os.environ.get("CONFORMANCE_ARTIFACTS"):
-        Path(os.environ["CONFORMANCE_ARTIFACTS"]).mkdir(parents=True, exist_ok=True)
-        shutil.copy(shot, Path(os.environ["CONFORMANCE_ARTIFACTS"]) / shot.name)
+    keep_artifact(browser.screenshot(tmp_path / "run-report.png", full_page=True))
     assert escape(hostile) in page.read_text("utf-8")  # written escaped, not only shown as text
