@@ -15,9 +15,9 @@ one, the share is taken from the others. The three measurements of a run take tu
 (tool, bare client, sending; then bare client, sending, tool; ...), so none of them is always the
 one measured right after another's load; the medians come from the warm runs, and the spread of the
 per-run ratios is printed beside them: on two cores next to a busy vLLM the same requests cost from
-0.35 s to 0.75 s of CPU from one run to the next, so a verdict needs several runs: with ten warm
-runs (the default) the medians' ratios moved by a few hundredths between benchmarks, with six by
-up to a tenth.
+0.35 s to 0.75 s of CPU from one run to the next, so a verdict needs several runs (ten warm ones by
+default). Even so the medians move between benchmarks of the same code: four of them on 2026-12-06
+gave 0.81-0.85 against the bare client and 1.14-1.36 against the sending alone.
 
 For scale, the same model requests are also sent twice more: by a bare `AsyncOpenAI` client that
 does what any application does and nothing more (`create(...)`, iterate the stream, drop it),
