@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conformance.audit import audit_checkpoints  # noqa: E402
-from conformance.checkpoints import CheckpointEntry  # noqa: E402
-from conformance.hub import HubSettings  # noqa: E402
-from conformance.report.audit_report import AuditReportWriter  # noqa: E402
+from conformance.audit.checkpoint_audit import audit_checkpoints  # noqa: E402
+from conformance.audit.checkpoint_list import CheckpointEntry  # noqa: E402
+from conformance.audit.hub import HubSettings  # noqa: E402
+from conformance.report.audit.report import AuditReportWriter  # noqa: E402
 from tests import hub_server  # noqa: E402
 from tests.audit_helpers import BASES, MUTATIONS  # noqa: E402
 

@@ -55,14 +55,14 @@ GOAL_VS_SENDING = 1.5  # tool CPU / the tool's sending alone, at most
 
 @contextlib.contextmanager
 def server_target(args: argparse.Namespace, work: Path) -> Iterator[tuple[Any, tuple[str, ...]]]:
-    from conformance.driver import Target
-    from conformance.engine import markers_for_checkpoint
+    from conformance.run.driver import Target
+    from conformance.run.engine import markers_for_checkpoint
 
     if args.base_url:
         yield Target(base_url=args.base_url, model=args.model, profile=args.profile), markers_for_checkpoint(None)
         return
-    from conformance.fixture import build_fixture
-    from conformance.server import launch
+    from conformance.formats.tiny_checkpoint import build_fixture
+    from conformance.servers.launch import launch
 
     checkpoint = build_fixture(work / "checkpoint")
     with launch(args.profile, checkpoint, log_dir=work) as server:
@@ -82,7 +82,7 @@ def measure(work: Any) -> tuple[Any, float, float]:
 
 
 def tool_run(cases: Sequence[Any], target: Any, markers: Sequence[str], out: Path, concurrency: int) -> Any:
-    from conformance.engine import run, write_reports
+    from conformance.run.engine import run, write_reports
 
     output = run(cases, target, out, concurrency=concurrency, markers=markers)
     write_reports(out, output.results, output.stamp, output.transcripts)
@@ -91,9 +91,9 @@ def tool_run(cases: Sequence[Any], target: Any, markers: Sequence[str], out: Pat
 
 def model_requests(cases: Sequence[Any], model: str) -> list[tuple[Any, str, dict[str, Any] | None, dict[str, Any]]]:
     """(case, mode, forcing fields, body) of every model request of the set (preflights aside)."""
-    from conformance.driver import request_body
-    from conformance.engine import case_modes
-    from conformance.forcing import forcing_extra_body
+    from conformance.run.driver import request_body
+    from conformance.run.engine import case_modes
+    from conformance.servers.forcing import forcing_extra_body
 
     jobs = []
     for case in cases:
@@ -111,7 +111,7 @@ async def bare_client_run(cases: Sequence[Any], target: Any, concurrency: int) -
     import httpx2
     import openai
 
-    from conformance.driver import make_clients
+    from conformance.run.driver import make_clients
 
     semaphore = asyncio.Semaphore(concurrency)
 
@@ -136,7 +136,7 @@ async def bare_client_run(cases: Sequence[Any], target: Any, concurrency: int) -
 async def sending_alone_run(cases: Sequence[Any], target: Any, concurrency: int) -> int:
     """Every model request of the set sent by the tool's own driver (the openai client's request
     path, the raw stream read and kept in memory) and nothing else: no verifying, judging or writing."""
-    from conformance.driver import make_clients, send
+    from conformance.run.driver import make_clients, send
 
     semaphore = asyncio.Semaphore(concurrency)
 
@@ -179,7 +179,7 @@ def main() -> int:
     import openai.lib.streaming.chat  # noqa: F401
     import rich.progress  # noqa: F401
 
-    from conformance.cases import load_suite
+    from conformance.suite.cases import load_suite
 
     import_cpu = time.process_time() - import_start
 

@@ -15,9 +15,9 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from conformance.fixture import build_fixture
-from conformance.profiles import PROFILES
-from conformance.server import start
+from conformance.formats.tiny_checkpoint import build_fixture
+from conformance.servers.profiles import PROFILES
+from conformance.servers.launch import start
 
 
 def measure(profiles: list[str], model: Path, log_dir: Path) -> dict[str, float]:

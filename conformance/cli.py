@@ -13,7 +13,8 @@ import signal
 import sys
 import threading
 
-from conformance import __version__, commands, exit_codes
+from conformance import __version__, commands
+from conformance.util import exit_codes
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,11 +31,11 @@ from typing import Any
 
 import yaml
 
-from conformance.case_model import build_expectation
-from conformance.cases import CaseFileError, load_suite
-from conformance.engine import judge_group, markers_for_checkpoint
-from conformance.transcript import Transcript, TranscriptError, group_by_key, read_transcripts
-from conformance.wire import Message, error_object, read_stream, response_message
+from conformance.record.case_model import build_expectation
+from conformance.suite.cases import CaseFileError, load_suite
+from conformance.run.engine import judge_group, markers_for_checkpoint
+from conformance.record.transcript import Transcript, TranscriptError, group_by_key, read_transcripts
+from conformance.record.wire import Message, error_object, read_stream, response_message
 
 PREFLIGHT_HEADER = "access-control-allow-origin"
 

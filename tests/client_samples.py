@@ -6,8 +6,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from conformance.recording import make_header
-from conformance.transcript import JsonLinesWriter, Transcript
+from conformance.record.recording import make_header
+from conformance.record.transcript import JsonLinesWriter, Transcript
 from engine_helpers import STAMP, error_transcript, response_transcript, stream_transcript
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather.",

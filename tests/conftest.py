@@ -1,7 +1,7 @@
 """Shared fixtures for the real-vLLM tier.
 
 - `tiny_checkpoint`: path of the `full` fixture checkpoint (built once per session).
-- `hf_server`, `legacy_server`, `hf_rust_server`: real vLLM 0.32 servers (hf-rust: its Rust frontend) (`conformance.server.Server`: `.base_url`
+- `hf_server`, `legacy_server`, `hf_rust_server`: real vLLM 0.32 servers (hf-rust: its Rust frontend) (`conformance.servers.launch.Server`: `.base_url`
   ending in /v1, `.root_url`, `.model`, `.profile`, `.version`, `.args`, `.log_path`, `.pid`,
   `.startup_seconds`) serving the tiny checkpoint; `transformers_serve_server`: `transformers serve`
   5.23 (its virtual environment made on first use) on the record's variant of it; `hf_033_server`:
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.fixture import build_fixture
-from conformance.profiles import PROFILES
-from conformance.server import Server
+from conformance.formats.tiny_checkpoint import build_fixture
+from conformance.servers.profiles import PROFILES
+from conformance.servers.launch import Server
 from tests.server_pool import ServerKey, ServerPool
 
 CLOSER_VARIANT = "closer-ends-with-anchor"

@@ -8,10 +8,10 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from conformance.case_model import Case
-from conformance.cases import load_suite
-from conformance.profiles import expectation_for, profile_record
-from conformance.transcript import ServerStamp, SseLine, Transcript
+from conformance.record.case_model import Case
+from conformance.suite.cases import load_suite
+from conformance.servers.profiles import expectation_for, profile_record
+from conformance.record.transcript import ServerStamp, SseLine, Transcript
 
 WEATHER_TOOL = """\
 tools:

@@ -8,7 +8,7 @@ import copy
 import statistics
 from typing import Any
 
-from conformance.profiles import cors_advice_for
+from conformance.servers.profiles import cors_advice_for
 
 HOSTILE = "</script><script>alert(1)</script> <tool_call>{\"a\": 1}</tool_call> | `x` ``` $x$ ]]> \"q' &amp;\x00\x1b\u2028\ud800\n::error::boom %0A"
 

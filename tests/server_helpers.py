@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import urllib.request
 
-from conformance.server import Server
+from conformance.servers.launch import Server
 
 WEATHER_TOOL = {
     "type": "function",

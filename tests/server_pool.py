@@ -10,9 +10,9 @@ from typing import TypeVar
 
 import pytest
 
-from conformance.fixture import build_fixture
-from conformance.profiles import Profile
-from conformance.server import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
+from conformance.formats.tiny_checkpoint import build_fixture
+from conformance.servers.profiles import Profile
+from conformance.servers.launch import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
 
 ServerKey = tuple[str, str]  # (profile, fixture variant)
 # What one pooled server takes (measured: seven at once 14.7 GB above the idle machine, 2.1 GB each).
@@ -41,7 +41,7 @@ Key = TypeVar("Key", bound=Hashable)
 
 def start_together(attempts: Mapping[Key, tuple[Profile | str, Path]], log_dir: Path,
                    ) -> tuple[dict[Key, ServerProcess], dict[Key, Server | ServerStartError]]:
-    """Start each (profile, model) of `attempts` in this (the main) thread (see conformance.server.start),
+    """Start each (profile, model) of `attempts` in this (the main) thread (see conformance.servers.launch.start),
     then wait for all of them at once: (the processes started, each key's healthy server or start
     error). If anything else goes wrong, the processes started are stopped before it is raised."""
     processes: dict[Key, ServerProcess] = {}

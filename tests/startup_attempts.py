@@ -9,9 +9,9 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.profiles import Profile
-from conformance.server import Server, descendant_pids, pid_alive
-from conformance.template import StartupVerdict
+from conformance.servers.profiles import Profile
+from conformance.servers.launch import Server, descendant_pids, pid_alive
+from conformance.audit.template_rules import StartupVerdict
 from tests.server_pool import servers_that_fit, start_together
 
 
@@ -32,7 +32,7 @@ class StartupOutcome:
 
 class StartupAttempts:
     """`attempts`: key -> (profile, model); `outcome(key)` starts them all on first use (each stopped
-    again as `conformance.server.launch` stops it) and gives that key's outcome. `while_up`, if given,
+    again as `conformance.servers.launch.launch` stops it) and gives that key's outcome. `while_up`, if given,
     is asked of each server that started, before it is stopped (its answer is the outcome's)."""
 
     def __init__(self, attempts: Mapping[Hashable, tuple[Profile, Path]], log_dir: Path,

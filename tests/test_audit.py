@@ -12,12 +12,15 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conformance import __version__, exit_codes, hub
-from conformance.audit import audit_checkpoints, audit_local
-from conformance.checkpoints import CheckpointEntry, load_schema
-from conformance.hub import HubSettings
-from conformance.report.audit_report import AuditReportWriter
-from conformance.template import predict_vllm_startup
+from conformance import __version__
+from conformance.util import exit_codes
+from conformance.audit import hub
+from conformance.audit.checkpoint_audit import audit_checkpoints, audit_local
+from conformance.audit.checkpoint_list import CheckpointEntry
+from conformance.util.package_paths import load_schema
+from conformance.audit.hub import HubSettings
+from conformance.report.audit.report import AuditReportWriter
+from conformance.audit.template_rules import predict_vllm_startup
 from tests import hub_server
 from tests.audit_helpers import GEMMA4, fixture_tokenizer_configs, serve_fixtures
 from tests.hub_server import HubServer

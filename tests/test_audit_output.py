@@ -14,10 +14,10 @@ from pathlib import Path
 import jsonschema
 from rich.console import Console
 
-from conformance import exit_codes
-from conformance.audit import audit_local
-from conformance.checkpoints import load_schema
-from conformance.report.audit_report import _table_row, build_report, render_table
+from conformance.util import exit_codes
+from conformance.audit.checkpoint_audit import audit_local
+from conformance.util.package_paths import load_schema
+from conformance.report.audit.report import _table_row, build_report, render_table
 from tests.audit_helpers import fixture_tokenizer_configs
 from tests.terminal import stderr_on_a_terminal
 

@@ -20,18 +20,18 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conformance.audit_rust import (
+from conformance.audit.predictors.vllm_rs import (
     RUST_CONFIGURATIONS,
     SUBMIT_PREFIX,
     UNIFIED_PREFIX,
     RustVerdict,
     frontend_template_error,
 )
-from conformance.fixture import build_fixture
-from conformance.profiles import PROFILES, Profile
-from conformance.runtimes.vllm_rs import ensure_binary
-from conformance.server import Server
-from conformance.template import analyze_template_unbounded
+from conformance.formats.tiny_checkpoint import build_fixture
+from conformance.servers.profiles import PROFILES, Profile
+from conformance.servers.runtimes.vllm_rs import ensure_binary
+from conformance.servers.launch import Server
+from conformance.audit.template_rules import analyze_template_unbounded
 from tests.audit_helpers import QWEN3_STYLE, mutation_corpus
 from tests.server_helpers import chat
 from tests.startup_attempts import StartupAttempts

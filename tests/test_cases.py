@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 import yaml
 
-from conformance import exit_codes
-from conformance.cases import (
+from conformance.util import exit_codes
+from conformance.suite.cases import (
     DEFAULT_CASES_DIR,
     SCHEMA_PATH,
     TOOLS_FILE,
@@ -22,7 +22,7 @@ from conformance.cases import (
     load_suite,
 )
 from conformance.cli import main
-from conformance.profiles import PROFILES
+from conformance.servers.profiles import PROFILES
 
 GOOD_FILE = """\
 tools:

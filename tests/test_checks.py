@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from conformance.checks import FINDING, SCHEMA, check_stream_framing, finding_client_replay, observed_tool_call_streaming
-from conformance.judge import judge
-from conformance.markers import DEFAULT_MARKERS, template_markers
-from conformance.wire import read_stream, response_message
-from conformance.results import make_result
-from conformance.transcript import Transcript
+from conformance.run.checks.checks import FINDING, SCHEMA, check_stream_framing, finding_client_replay, observed_tool_call_streaming
+from conformance.run.judge import judge
+from conformance.formats.markers import DEFAULT_MARKERS, template_markers
+from conformance.record.wire import read_stream, response_message
+from conformance.record.results import make_result
+from conformance.record.transcript import Transcript
 from tests.engine_helpers import STAMP, error_transcript, load_cases, response_transcript, stream_transcript
 
 CASES_YAML = r"""
@@ -458,7 +458,7 @@ def test_client_replay_of_a_length_cut_stream_compares_the_accumulated_message(c
 
 
 def test_a_wrong_shape_fails_and_a_bug_of_ours_is_an_error_not_a_crash(cases, monkeypatch):
-    from conformance import engine
+    from conformance.run import engine
 
     weird = stream_transcript([ROLE, {"choices": [{"index": 0, "delta": {"content": 42}}]}])
     (result,) = engine.judge_group(cases["legacy-only"], {"stream": weird}, DEFAULT_MARKERS)

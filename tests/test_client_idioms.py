@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conformance.cases import load_suite
+from conformance.suite.cases import load_suite
 from conformance.clients.idioms import IDIOMS, idiom_body, run_idioms
 from conformance.clients.replay_server import Answer, running
 

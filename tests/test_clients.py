@@ -16,7 +16,7 @@ from conformance.cli import main
 from conformance.clients.compare import differences, message_outcome
 from conformance.clients.record import CLIENTS_FILE, read_findings
 from conformance.clients.replay_server import answer_of, running
-from conformance.recording import RecordingError
+from conformance.record.recording import RecordingError
 
 
 @pytest.fixture(scope="module")

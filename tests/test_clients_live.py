@@ -10,7 +10,7 @@ import pytest
 
 from conformance.cli import main
 from conformance.clients.record import CLIENTS_FILE, read_recording
-from conformance.wire import read_stream
+from conformance.record.wire import read_stream
 from test_live_conformance import live_run
 
 pytestmark = pytest.mark.vllm
@@ -91,7 +91,7 @@ def test_langchain_refuses_hermes_arguments_sent_as_a_json_string(replayed):
 def test_the_contract_documents_matrix_is_what_the_clients_did(replayed):
     """Section 8's table, row by row, against these recordings (not-run calls left out)."""
     from conformance.clients.jobs import CLIENT_OF
-    from conformance.report.clients_markdown import counts_text
+    from conformance.report.clients.markdown import counts_text
 
     table, profiles = {}, []
     for line in CONTRACT.read_text(encoding="utf-8").split('<a id="8"></a>')[1].split('<a id="8.1"></a>')[0].splitlines():
@@ -108,7 +108,7 @@ def test_the_contract_documents_matrix_is_what_the_clients_did(replayed):
 
 
 def test_each_client_idiom_hands_its_caller_what_section_8_1_says(replayed):
-    from conformance.cases import load_suite
+    from conformance.suite.cases import load_suite
     from conformance.clients.idioms import IDIOMS, idiom_body
 
     cases = {case.id: case for case in load_suite()}

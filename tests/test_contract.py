@@ -7,8 +7,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from conformance import contract, exit_codes
-from conformance.cases import check_suite, load_suite
+from conformance.suite import contract_document as contract
+from conformance.util import exit_codes
+from conformance.suite.cases import check_suite, load_suite
 from tests.contract_doc import citations, read, sections_naming
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

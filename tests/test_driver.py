@@ -17,12 +17,12 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from conformance.cli import main
-from conformance.driver import Target, request_body
-from conformance.engine import recheck, run
-from conformance.results import read_results
-from conformance.server import free_port
-from conformance.recording import read_header
-from conformance.transcript import read_transcripts
+from conformance.run.driver import Target, request_body
+from conformance.run.engine import recheck, run
+from conformance.record.results import read_results
+from conformance.servers.launch import free_port
+from conformance.record.recording import read_header
+from conformance.record.transcript import read_transcripts
 from tests.engine_helpers import load_cases
 from tests.fake_server import fake_server
 
@@ -70,7 +70,7 @@ def cases_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cases(cases_dir):
-    from conformance.cases import load_suite
+    from conformance.suite.cases import load_suite
 
     return load_suite(cases_dir)
 
@@ -435,7 +435,7 @@ def test_an_interrupted_run_still_reports_what_it_had_judged(cases_dir, tmp_path
 def test_a_long_line_in_many_reads_is_searched_for_line_breaks_once(monkeypatch):
     """Linear in the bytes read: each read is searched once and the line's pieces joined when it ends.
     (Searching the line so far again at every read was quadratic: 28 s for a 32 MB line.)"""
-    from conformance import driver
+    from conformance.run import driver
 
     searched: list[int] = []
     breaks = driver._LINE_BREAK
@@ -465,7 +465,7 @@ def test_a_long_line_in_many_reads_is_searched_for_line_breaks_once(monkeypatch)
 @given(lines=st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",)))),
        breaks=st.lists(st.sampled_from(["\r\n", "\n", "\r"]), min_size=1), cuts=st.lists(st.integers(0, 400)))
 def test_event_stream_lines_end_at_crlf_lf_or_cr_however_the_bytes_arrive(lines, breaks, cuts):
-    from conformance.driver import _sse_lines
+    from conformance.run.driver import _sse_lines
 
     ends = [breaks[i % len(breaks)] for i in range(len(lines))]
     # a CR, then an empty line ended by LF, is one CRLF to any reader: not two lines to expect

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.forcing import (
+from conformance.servers.forcing import (
     ForcingUnsupported,
     ServerRefused,
     ServerTokenizer,
@@ -189,7 +189,7 @@ def test_an_unhonoured_regex_is_reported_with_the_likely_cause(route_server) -> 
 
 @pytest.mark.vllm
 def test_without_enable_in_reasoning_vllm_does_not_force_and_the_probe_says_so(tiny_checkpoint, tmp_path) -> None:
-    from conformance.server import launch
+    from conformance.servers.launch import launch
 
     unconstrained_reasoning = ["--structured-outputs-config", json.dumps({"enable_in_reasoning": False})]
     with launch("hf", tiny_checkpoint, extra_args=unconstrained_reasoning, log_dir=tmp_path) as server:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from conformance.checks import Check
+from conformance.run.checks.checks import Check
 from conformance.cli import main
-from conformance.diff import DIFFERENCE_KINDS
-from conformance.expectations import ExpectationsError, load_expectations
-from conformance.gate import Recording, build_gate
-from conformance.results import CaseResult
-from conformance.timing import distribution, stream_timings
+from conformance.compare.diff import DIFFERENCE_KINDS
+from conformance.compare.expectations import ExpectationsError, load_expectations
+from conformance.compare.gate import Recording, build_gate
+from conformance.record.results import CaseResult
+from conformance.compare.timing import distribution, stream_timings
 from tests.engine_helpers import error_transcript, response_transcript, stream_transcript
 from tests.fake_server import ALLOWED_ORIGIN, REASONING, fake_server
 
@@ -227,8 +227,8 @@ def test_stream_timings_and_their_distribution():
 
 
 def test_the_first_tool_name_delay_counts_from_each_streams_first_byte_and_in_data_lines():
-    from conformance.timing import timing_section
-    from conformance.transcript import SseLine
+    from conformance.compare.timing import timing_section
+    from conformance.record.transcript import SseLine
 
     base = stream_transcript(fragmented_stream())  # the name in data line 3, at 0.02 s
     late = stream_transcript([*whole_stream()[:2], chunk({"content": "\n\n"}), *whole_stream()[2:]])
@@ -347,7 +347,7 @@ def test_compare_and_gate_usage_errors_exit_2_naming_what_is_wrong(cases_dir, tm
 
 
 def test_the_default_expectations_are_the_file_shipped_for_the_profile_pair_else_none(cases_dir, tmp_path, monkeypatch):
-    from conformance import expectations
+    from conformance.compare import expectations
 
     with fake_server() as one, fake_server() as other:
         for profile, side in (("legacy", "a"), ("hf", "b")):

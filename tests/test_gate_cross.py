@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.expectations import shipped_expectations
-from conformance.profiles import profile_record
+from conformance.compare.expectations import shipped_expectations
+from conformance.servers.profiles import profile_record
 from tests.engine_helpers import modes_not_sent
 
 
@@ -71,10 +71,10 @@ def test_the_cors_advice_of_both_vllm_frontends_lets_the_browser_origin_in(tiny_
     import asyncio
     import dataclasses
 
-    from conformance.driver import Target
-    from conformance.gate_live import send_preflight
-    from conformance.profiles import cors_advice_for
-    from conformance.server import start
+    from conformance.run.driver import Target
+    from conformance.run.gate_sides import send_preflight
+    from conformance.servers.profiles import cors_advice_for
+    from conformance.servers.launch import start
 
     origin = "http://localhost:3000"
     flag = ("--allowed-origins", json.dumps([origin]))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.expectations import DEFAULT_PAIR_FILE
+from conformance.compare.expectations import DEFAULT_PAIR_FILE
 from tests.engine_helpers import modes_needing_another_variant
 
 REFUSED_PATTERNS = {"tool-choice-required", "tool-choice-named", "strict-tool", "parallel-tool-calls-false"}

@@ -20,9 +20,17 @@ import yaml
 from markdown_it import MarkdownIt
 from PIL import Image
 
-from conformance.report import gate_actions, gate_annotations, gate_chart, gate_html, gate_junit, gate_markdown, gate_view
-from conformance.profiles import cors_advice_for
-from conformance.report.gate import write_gate_reports
+from conformance.report.gate import (
+    actions as gate_actions,
+    annotations as gate_annotations,
+    chart as gate_chart,
+    html as gate_html,
+    junit as gate_junit,
+    markdown as gate_markdown,
+    view as gate_view,
+)
+from conformance.servers.profiles import cors_advice_for
+from conformance.report.gate.write import write_gate_reports
 from tests.chromium_cdp import CHROMIUM, Chromium, keep_artifact
 from tests.gate_samples import HOSTILE, full_gate, huge_gate, passing_gate
 
@@ -567,12 +575,12 @@ def test_annotations_command_reads_gate_json_and_refuses_a_broken_one(tmp_path):
     good = tmp_path / "gate.json"
     good.write_text(json.dumps(full_gate()))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    done = subprocess.run([sys.executable, "-m", "conformance.report.gate_annotations", str(good)],
+    done = subprocess.run([sys.executable, "-m", "conformance.report.gate.annotations", str(good)],
                           capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0 and done.stdout.splitlines() == gate_annotations.annotations(full_gate())
     bad = tmp_path / "broken.json"
     bad.write_text('{"verdict":\n  {"outcome": }')
-    done = subprocess.run([sys.executable, "-m", "conformance.report.gate_annotations", str(bad)],
+    done = subprocess.run([sys.executable, "-m", "conformance.report.gate.annotations", str(bad)],
                           capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 2 and f"{bad}: line 2 column" in done.stderr and done.stdout == ""
 

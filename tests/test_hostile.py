@@ -133,13 +133,13 @@ def run_against(server: Any, cases: Path, out: Path, *args: str, **options: Any)
 
 
 def transcripts_of(out: Path) -> list[Any]:
-    from conformance.transcript import read_transcripts
+    from conformance.record.transcript import read_transcripts
 
     return read_transcripts(out / "transcripts.jsonl")
 
 
 def results_of(out: Path) -> dict[tuple[str, str], dict]:
-    from conformance.results import read_results
+    from conformance.record.results import read_results
 
     records = [result.to_dict() for result in read_results(out / "results.jsonl")]
     return {(r["case_id"], r["mode"]): r for r in records}
@@ -649,7 +649,7 @@ def test_a_path_the_system_refuses_to_look_up_is_an_exit_2_naming_it(tmp_path) -
 def test_the_bounded_reader_reads_ordinary_yaml_as_pyyaml_does(document) -> None:
     import yaml
 
-    from conformance import safe_yaml
+    from conformance.util import safe_yaml
 
     assert safe_yaml.parse(document)[1] == yaml.safe_load(document)
 
@@ -657,9 +657,9 @@ def test_the_bounded_reader_reads_ordinary_yaml_as_pyyaml_does(document) -> None
 def test_a_lone_surrogate_in_an_answer_is_recorded_and_reported_not_a_crash(tmp_path) -> None:
     """JSON may carry "\\ud800", which is no UTF-8 text: the recording keeps it as its escape (read back
     exactly), and the reports show it escaped instead of failing to be written."""
-    from conformance.engine import recheck, write_reports
+    from conformance.run.engine import recheck, write_reports
     from conformance.report.stamp import stamp_of_recording
-    from conformance.transcript import JsonLinesWriter, read_transcripts
+    from conformance.record.transcript import JsonLinesWriter, read_transcripts
     from tests.engine_helpers import load_cases, response_transcript
 
     cases = load_cases(tmp_path / "cases", """

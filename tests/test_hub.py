@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import hub
-from conformance.hub import HubSettings, fetch_checkpoint, fetch_many
+from conformance.audit import hub
+from conformance.audit.hub import HubSettings, fetch_checkpoint, fetch_many
 from tests import hub_server
 from tests.hub_server import HubServer
 from tests.audit_helpers import serve_fixtures

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.implementations import matrix, registry
-from conformance.implementations.matrix import DOCUMENTED_CAST, DOCUMENTED_MALFORMED, build_matrix
-from conformance.offline import case_probes
-from conformance.roundtrip_worker import render_probe
+from conformance.audit.implementations import matrix, registry
+from conformance.audit.implementations.matrix import DOCUMENTED_CAST, DOCUMENTED_MALFORMED, build_matrix
+from conformance.audit.offline import case_probes
+from conformance.audit.roundtrip.worker import render_probe
 from roundtrip_helpers import tiny_subject
 
 CHOSEN = "transformers-5.19.0,transformers-5.20.2,vllm-0.32,vllm-0.33,sglang-0.5.23"
@@ -82,7 +82,7 @@ def test_unknown_names_are_refused():
 def test_a_fork_keeps_only_the_parser_files_of_its_wheel(tmp_path):
     import zipfile
 
-    from conformance.implementations import setup
+    from conformance.audit.implementations import setup
 
     wheel = tmp_path / "pkg-1.0-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
@@ -97,7 +97,7 @@ def test_a_fork_keeps_only_the_parser_files_of_its_wheel(tmp_path):
 
 
 def test_a_cached_release_is_not_installed_again(tmp_path, monkeypatch):
-    from conformance.implementations import setup
+    from conformance.audit.implementations import setup
 
     calls = []
     monkeypatch.setattr(setup, "pip", lambda arguments, hint="": calls.append(arguments))

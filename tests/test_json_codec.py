@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from conformance.json_codec import json_text, parse_json
+from conformance.util.json_codec import json_text, parse_json
 
 
 def same(a: Any, b: Any) -> bool:

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.results import read_results
-from conformance.server import Server, start
+from conformance.record.results import read_results
+from conformance.servers.launch import Server, start
 
 pytestmark = pytest.mark.vllm
 

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.checks import shape_problems
-from conformance.markers import DEFAULT_MARKERS
-from conformance.engine import judge_group, write_reports
+from conformance.run.checks.checks import shape_problems
+from conformance.formats.markers import DEFAULT_MARKERS
+from conformance.run.engine import judge_group, write_reports
 from conformance.report.stamp import make_stamp
-from conformance.transcript import Transcript
+from conformance.record.transcript import Transcript
 from tests.answer_strategies import chunk, completion, event, response, terminal
 from tests.engine_helpers import STAMP, load_cases, stream_transcript
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import exit_codes
+from conformance.util import exit_codes
 from tests.audit_helpers import GEMMA4, fixture_tokenizer_configs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def test_the_installed_audit_reads_a_local_checkpoint(venv: Path, tmp_path: Path
 
 
 def test_the_installed_gate_reads_its_shipped_expectations(venv: Path, tmp_path: Path) -> None:
-    check = "from conformance.expectations import DEFAULT_PAIR_FILE, load_expectations; print(len(load_expectations(DEFAULT_PAIR_FILE)))"
+    check = "from conformance.compare.expectations import DEFAULT_PAIR_FILE, load_expectations; print(len(load_expectations(DEFAULT_PAIR_FILE)))"
     completed = run_installed(venv, tmp_path, "python", "-c", check)
     assert completed.returncode == 0 and int(completed.stdout) > 5, completed.stderr  # its references resolve too
     compare = run_installed(venv, tmp_path, "conformance", "compare", "no-run-a", "no-run-b")

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from conformance.judge import judge
+from conformance.run.judge import judge
 from conformance.cli import main
-from conformance.driver import Target
-from conformance.engine import run
-from conformance.forcing import ServerTokenizer
-from conformance.gate_live import GateSetupError, GateSide, targets_for
-from conformance.profiles import (
+from conformance.run.driver import Target
+from conformance.run.engine import run
+from conformance.servers.forcing import ServerTokenizer
+from conformance.run.gate_sides import GateSetupError, GateSide, targets_for
+from conformance.servers.profiles import (
     PROFILES,
     Launch,
     NoForcing,
@@ -25,10 +25,10 @@ from conformance.profiles import (
     expectation_for,
     launchable_profiles,
 )
-from conformance.server_logs import find_vllm_error
-from conformance.report import html
-from conformance.runtimes import SetupError, VirtualEnv
-from conformance.server import ServerStartError, descendant_pids, launch, pid_alive, server_command
+from conformance.servers.logs import find_vllm_error
+from conformance.report.run import html
+from conformance.servers.runtimes import SetupError, VirtualEnv
+from conformance.servers.launch import ServerStartError, descendant_pids, launch, pid_alive, server_command
 from tests.engine_helpers import load_cases, response_transcript
 from tests.fake_server import fake_server
 

@@ -202,12 +202,12 @@ def test_under_xdist_the_workers_split_the_requests_and_the_reports_cover_all(py
                             "--conformance-allow-skip=no_expectation", subprocess=True)
     result.assert_outcomes(passed=3, failed=1, errors=2, skipped=1)
     assert len(server.requests) == 7  # every case x mode once, whatever the number of workers
-    from conformance.results import read_results
+    from conformance.record.results import read_results
 
     results = read_results(pytester.path / "out" / "results.jsonl")
     both = [(c, m) for c in ("good-call", "fragments", "server-error") for m in ("non-stream", "stream")]
     assert sorted((r.case_id, r.mode) for r in results) == sorted([*both, ("legacy-only", "non-stream")])
-    from conformance.recording import read_header
+    from conformance.record.recording import read_header
 
     for file in ("results", "transcripts"):  # one header for the whole run, every worker's cases
         assert read_header(pytester.path / "out" / f"{file}.jsonl", file)["case_ids"] == sorted(

@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 
 from conformance.cli import main
-from conformance.driver import Target
-from conformance.engine import run
-from conformance.recording import RUN_FORMAT, RecordingError, case_digest, read_header
-from conformance.results import read_results
-from conformance.transcript import TranscriptError, read_transcripts
+from conformance.run.driver import Target
+from conformance.run.engine import run
+from conformance.record.recording import RUN_FORMAT, RecordingError, case_digest, read_header
+from conformance.record.results import read_results
+from conformance.record.transcript import TranscriptError, read_transcripts
 from tests.engine_helpers import load_cases
 from tests.fake_server import fake_server
 

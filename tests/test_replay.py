@@ -1,6 +1,6 @@
 """Client replay takes two shortcuts past openai-python's own way, and must end where it ends.
 
-`conformance.replay.sdk_object` takes pydantic-core's strict validation where a value fits the type
+`conformance.run.checks.openai_replay.sdk_object` takes pydantic-core's strict validation where a value fits the type
 exactly and openai-python's own `construct_type` otherwise; `replay_chat` feeds a run of text-only
 chunks as one. These properties hold both to the SDK: for generated chunks and events (well-formed,
 vLLM-extended and broken), the objects are identical down to types, `model_fields_set` and extras,
@@ -21,9 +21,9 @@ from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import ResponseStreamEvent
 from pydantic import BaseModel
 
-from conformance import checks, replay
-from conformance.wire import read_stream
-from conformance.replay import TEXT_FIELDS, replay_chat, sdk_object
+from conformance.run.checks import checks, openai_replay as replay
+from conformance.record.wire import read_stream
+from conformance.run.checks.openai_replay import TEXT_FIELDS, replay_chat, sdk_object
 from tests.answer_strategies import chunk, event, sometimes, text, tool_call, usage
 from tests.engine_helpers import stream_transcript
 

@@ -9,14 +9,14 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conformance.checks import Check
-from conformance.engine import write_reports
-from conformance.report import html, junit, markdown
-from conformance.report.jsonl import write_results
+from conformance.run.checks.checks import Check
+from conformance.run.engine import write_reports
+from conformance.report.run import html, junit, markdown
+from conformance.report.run.jsonl import write_results
 from conformance.report.stamp import make_stamp
-from conformance.recording import make_header
-from conformance.results import CaseResult, read_results, summarize
-from conformance.transcript import TranscriptError
+from conformance.record.recording import make_header
+from conformance.record.results import CaseResult, read_results, summarize
+from conformance.record.transcript import TranscriptError
 from tests.engine_helpers import STAMP, stream_transcript
 
 HEADER = make_header("results", cases=[], markers=["<think>"], server=asdict(STAMP), created_at="2026-12-01T00:00:00+00:00")
@@ -132,7 +132,7 @@ def test_pass_at_k_counts_a_case_once_if_any_repeat_passed():
 
 
 def test_html_shows_the_forced_text_the_findings_and_compact_token_ids():
-    from conformance.forcing import forcing_extra_body
+    from conformance.servers.forcing import forcing_extra_body
     from tests.engine_helpers import response_transcript
 
     forced = "<think>\nplan (a|b)*\n</think>\n\n<tool_call>\n{\"city\": \"A\\\\B\"}\n</tool_call>"
@@ -151,7 +151,7 @@ def test_html_shows_the_forced_text_the_findings_and_compact_token_ids():
 
 
 def test_html_says_why_a_request_was_not_sent():
-    from conformance.transcript import Transcript
+    from conformance.record.transcript import Transcript
 
     skipped = Transcript("legacy-only", "stream", "hf", "chat", STAMP, {}, skip_reason="forcing is off for this run")
     page = html.render([result("legacy-only", "stream", "skip", reason="forcing is off")], STAMP_DICT, [skipped])

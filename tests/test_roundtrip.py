@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from conformance import roundtrip
-from conformance.roundtrip import ChunkVariance, check_turn, run_roundtrip
-from conformance.roundtrip_worker import bounded_roundtrip
+from conformance.audit.roundtrip import roundtrip
+from conformance.audit.roundtrip.roundtrip import ChunkVariance, check_turn, run_roundtrip
+from conformance.audit.roundtrip.worker import bounded_roundtrip
 from roundtrip_helpers import corrected_subject, tiny_subject
 
 CLOSE = "</tool_call>"
@@ -79,7 +79,7 @@ def test_chunkings_cut_inside_delimiters():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from conformance.roundtrip_strategies import chunkings
+    from conformance.audit.roundtrip.strategies import chunkings
 
     text = "a<tool_call>b</tool_call>"
     kinds = set()

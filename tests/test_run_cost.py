@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance import engine, recording, wire
-from conformance.driver import Target
-from conformance.transcript import SseLine
+from conformance.run import engine
+from conformance.record import recording, wire
+from conformance.run.driver import Target
+from conformance.record.transcript import SseLine
 from tests.engine_helpers import load_cases, stream_transcript
 from tests.fake_server import fake_server
 
@@ -72,7 +73,7 @@ def test_a_run_digests_its_cases_once_for_both_headers(tmp_path: Path, monkeypat
 
 def test_a_run_computes_a_cases_forcing_fields_once_for_both_modes(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from conformance.profiles import RegexForcing
+    from conformance.servers.profiles import RegexForcing
 
     asked = []
     fields = RegexForcing.request_fields
@@ -91,7 +92,7 @@ def test_verifying_a_forced_answer_holds_no_send_slot(tmp_path: Path, monkeypatc
     Here, with one slot, the other mode's request goes out while the first answer is being verified."""
     import asyncio
 
-    from conformance.profiles import RegexForcing
+    from conformance.servers.profiles import RegexForcing
 
     events: list[str] = []
     send = engine.send
@@ -125,7 +126,7 @@ def test_verifying_a_forced_answer_holds_no_send_slot(tmp_path: Path, monkeypatc
 
 def test_a_cases_results_are_written_with_one_flush_and_each_transcript_as_it_comes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from conformance.transcript import JsonLinesWriter
+    from conformance.record.transcript import JsonLinesWriter
 
     flushed = []
     write_all = JsonLinesWriter.write_all

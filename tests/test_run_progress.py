@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance import exit_codes
+from conformance.util import exit_codes
 from conformance.cli import main
-from conformance.results import read_results
+from conformance.record.results import read_results
 from tests.engine_helpers import load_cases
 from tests.fake_server import fake_server
 from tests.terminal import stderr_on_a_terminal

@@ -16,18 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from conformance import exit_codes
-from conformance.fixture import VARIANTS, build_fixture
-from conformance.forcing import (
+from conformance.util import exit_codes
+from conformance.formats.tiny_checkpoint import VARIANTS, build_fixture
+from conformance.servers.forcing import (
     ServerTokenizer,
     forcing_extra_body,
     token_ids_of,
     token_ids_of_stream,
     verify_forced_output,
 )
-from conformance.profiles import PROFILES, resolve_profile, vllm_profile
-from conformance.server_logs import find_vllm_error
-from conformance.server import (
+from conformance.servers.profiles import PROFILES, resolve_profile, vllm_profile
+from conformance.servers.logs import find_vllm_error
+from conformance.servers.launch import (
     ServerStartError,
     descendant_pids,
     launch,
@@ -194,7 +194,7 @@ def test_a_listener_on_another_address_with_the_same_port_is_not_taken_for_the_s
 def test_a_port_is_handed_out_once_even_when_the_kernel_offers_it_again(monkeypatch) -> None:
     from types import SimpleNamespace
 
-    from conformance import server
+    from conformance.servers import launch as server
 
     offered = iter([1, 1, 2])  # the kernel offering port 1 twice (ports it never gives for port 0)
 
@@ -269,7 +269,7 @@ def test_processes_that_ignore_sigterm_are_killed(fake_python) -> None:
 def test_the_server_is_terminated_when_the_launching_process_dies(fake_python) -> None:
     python, pids = fake_python("serve")
     launcher = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from conformance.server import start; "
+        [sys.executable, "-c", "import sys, time; from conformance.servers.launch import start; "
          f"start('hf', 'm', python={str(python)!r}).wait_until_healthy(30); print('up', flush=True); time.sleep(600)"],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -435,7 +435,7 @@ STARTUPS = [(variant, "both") for variant in VARIANTS if variant not in ("full",
 @pytest.fixture(scope="module")
 def startups(tmp_path_factory: pytest.TempPathFactory) -> StartupAttempts:
     """The real server with each configuration's flags on each variant, all started together."""
-    from conformance.template import CONFIGURATIONS
+    from conformance.audit.template_rules import CONFIGURATIONS
 
     models = {variant: build_fixture(tmp_path_factory.mktemp("startups") / variant, variant) for variant, _ in STARTUPS}
     return StartupAttempts({(variant, configuration): (
@@ -446,7 +446,7 @@ def startups(tmp_path_factory: pytest.TempPathFactory) -> StartupAttempts:
 @pytest.mark.vllm
 @pytest.mark.parametrize(("variant", "configuration"), STARTUPS)
 def test_the_audit_predicts_what_the_real_server_does(startups: StartupAttempts, variant: str, configuration: str) -> None:
-    from conformance.template import predict_vllm_startup
+    from conformance.audit.template_rules import predict_vllm_startup
 
     _, model = startups.attempts[(variant, configuration)]
     predicted = predict_vllm_startup(json.loads((model / "tokenizer_config.json").read_text()))[configuration]
@@ -457,7 +457,7 @@ def test_the_audit_predicts_what_the_real_server_does(startups: StartupAttempts,
 @pytest.mark.parametrize("profile", ["hf", "hf-rust"])  # hf-rust: the vllm-rs binary and its managed engine
 def test_a_real_server_and_its_engine_stop_when_the_launcher_is_killed(tiny_checkpoint: Path, profile: str) -> None:
     launcher = subprocess.Popen(
-        [sys.executable, "-c", "import time; from conformance.server import start; "
+        [sys.executable, "-c", "import time; from conformance.servers.launch import start; "
          f"server = start({profile!r}, {str(tiny_checkpoint)!r}).wait_until_healthy(); print(server.pid, flush=True); "
          "time.sleep(900)"],
         stdout=subprocess.PIPE, text=True,

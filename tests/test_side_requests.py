@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from conformance import side_requests
-from conformance.forcing import ServerRefused
-from conformance.side_requests import KeptAliveJson, in_daemon_thread
+from conformance.util import side_requests
+from conformance.servers.forcing import ServerRefused
+from conformance.util.side_requests import KeptAliveJson, in_daemon_thread
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from conformance import template_worker
-from conformance.template import (
+from conformance.audit import template_worker
+from conformance.audit.template_rules import (
     TemplateAnalysisTimeout,
     analyze_template,
     analyze_template_unbounded,

@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.driver import Target
-from conformance.engine import recheck, run
-from conformance.fixture import MARKER_TOKENS
-from conformance.forcing import PROBE_TEXT, ForcingUnsupported, token_grammar_body, token_grammar_text
-from conformance.profiles import PROFILES, TokenGrammarForcing
-from conformance.report import html
-from conformance.transcript import read_transcripts
+from conformance.run.driver import Target
+from conformance.run.engine import recheck, run
+from conformance.formats.tiny_checkpoint import MARKER_TOKENS
+from conformance.servers.forcing import PROBE_TEXT, ForcingUnsupported, token_grammar_body, token_grammar_text
+from conformance.servers.profiles import PROFILES, TokenGrammarForcing
+from conformance.report.run import html
+from conformance.record.transcript import read_transcripts
 from tests.engine_helpers import load_cases
 from tests.scripted_server import json_reply, scripted_server
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from conformance.cases import load_suite
+from conformance.suite.cases import load_suite
 from conformance.cli import main
-from conformance.driver import request_body
-from conformance.forcing import forcing_extra_body
-from conformance.transcript import (
+from conformance.run.driver import request_body
+from conformance.servers.forcing import forcing_extra_body
+from conformance.record.transcript import (
     JsonLinesWriter,
     ServerStamp,
     SseLine,

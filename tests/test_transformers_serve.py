@@ -12,13 +12,13 @@ import urllib.request
 from pathlib import Path
 
 
-from conformance.cases import load_suite
-from conformance.driver import Target
-from conformance.engine import run
-from conformance.profiles import PROFILES
-from conformance.sequence_bias import CheckpointTokenizer, forced_ids, verify_answer
-from conformance.server import Server
-from conformance.wire import read_stream
+from conformance.suite.cases import load_suite
+from conformance.run.driver import Target
+from conformance.run.engine import run
+from conformance.servers.profiles import PROFILES
+from conformance.servers.sequence_bias import CheckpointTokenizer, forced_ids, verify_answer
+from conformance.servers.launch import Server
+from conformance.record.wire import read_stream
 
 GET_WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather forecast for a city.",
                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}

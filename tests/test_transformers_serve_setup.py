@@ -9,17 +9,17 @@ from dataclasses import replace
 
 import pytest
 
-from conformance.checks import check_stream_framing
+from conformance.run.checks.checks import check_stream_framing
 from conformance.cli import main
-from conformance.fixture import EOS_TOKEN, build_fixture
-from conformance.profiles import (
+from conformance.formats.tiny_checkpoint import EOS_TOKEN, build_fixture
+from conformance.servers.profiles import (
     PROFILES,
     CommandVersionProbe,
 )
-from conformance.server_logs import find_transformers_serve_error
-from conformance.runtimes import CurrentInterpreter, SetupError
-from conformance.runtimes.transformers_serve import MARKER_FILE, ManagedVirtualEnv, ensure_venv
-from conformance.sequence_bias import (
+from conformance.servers.logs import find_transformers_serve_error
+from conformance.servers.runtimes import CurrentInterpreter, SetupError
+from conformance.servers.runtimes.transformers_serve import MARKER_FILE, ManagedVirtualEnv, ensure_venv
+from conformance.servers.sequence_bias import (
     FIRST_CONTEXT_WIDTH,
     CheckpointTokenizer,
     bias_keys,
@@ -29,9 +29,9 @@ from conformance.sequence_bias import (
     served_messages,
     verify_answer,
 )
-from conformance.server import ServerStartError, start
-from conformance.transcript import ServerStamp, SseLine, Transcript
-from conformance.wire import read_stream
+from conformance.servers.launch import ServerStartError, start
+from conformance.record.transcript import ServerStamp, SseLine, Transcript
+from conformance.record.wire import read_stream
 
 NO_INDEX = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}  # nothing from the network in these tests
 
@@ -49,7 +49,7 @@ def test_the_venv_is_made_once_and_a_second_resolve_installs_nothing(tmp_path, m
         calls.append(list(command))
         return real_run(command, *args, **kwargs)
 
-    monkeypatch.setattr("conformance.runtimes.transformers_serve.subprocess.run", counting_run)
+    monkeypatch.setattr("conformance.servers.runtimes.transformers_serve.subprocess.run", counting_run)
     requirements = ("pip",)  # already in a fresh venv: "Requirement already satisfied", no download
     venv = ensure_venv("probe-venv", requirements, cache=tmp_path, announce=lambda line: None)
     assert (venv / "bin" / "python").exists()
@@ -202,7 +202,7 @@ def test_messages_are_rendered_as_transformers_serve_hands_them_to_the_template(
 
 
 def test_a_model_that_is_not_a_local_checkpoint_cannot_be_forced(tmp_path) -> None:
-    from conformance.forcing import ForcingUnsupported
+    from conformance.servers.forcing import ForcingUnsupported
 
     with pytest.raises(ForcingUnsupported, match="not a local directory"):
         PROFILES["transformers-serve"].forcing.tokenizer("http://127.0.0.1:1", str(tmp_path / "absent"), None, 1)

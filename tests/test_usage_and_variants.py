@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from conformance.cases import check_suite
-from conformance.judge import judge
+from conformance.suite.cases import check_suite
+from conformance.run.judge import judge
 from conformance.cli import main
-from conformance.driver import Target
-from conformance.engine import run
-from conformance.fixture import response_template_for
-from conformance.transcript import SseLine, Transcript
+from conformance.run.driver import Target
+from conformance.run.engine import run
+from conformance.formats.tiny_checkpoint import response_template_for
+from conformance.record.transcript import SseLine, Transcript
 from tests.engine_helpers import STAMP, load_cases
 from tests.fake_server import PLAIN, fake_server
 

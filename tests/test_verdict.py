@@ -11,15 +11,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conformance.profiles import PROFILES
-from conformance.checks import Check
+from conformance.servers.profiles import PROFILES
+from conformance.run.checks.checks import Check
 from conformance.cli import main
 from conformance.commands.run import problem_lines
-from conformance.driver import Target
-from conformance.engine import run
-from conformance.report import markdown
+from conformance.run.driver import Target
+from conformance.run.engine import run
+from conformance.report.run import markdown
 from conformance.report.stamp import make_stamp
-from conformance.results import CaseResult, read_results, summarize
+from conformance.record.results import CaseResult, read_results, summarize
 from tests.engine_helpers import STAMP, load_cases
 from tests.fake_server import fake_server
 
@@ -96,7 +96,7 @@ def cases_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cases(cases_dir):
-    from conformance.cases import load_suite
+    from conformance.suite.cases import load_suite
 
     return {case.id: case for case in load_suite(cases_dir)}
 

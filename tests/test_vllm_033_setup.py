@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from conformance.profiles import PROFILES
-from conformance.report.markdown import render
+from conformance.servers.profiles import PROFILES
+from conformance.report.run.markdown import render
 from conformance.report.stamp import make_stamp
-from conformance.runtimes import Resolved, SetupError
-from conformance.runtimes.vllm_033 import (
+from conformance.servers.runtimes import Resolved, SetupError
+from conformance.servers.runtimes.vllm_033 import (
     KERNEL_LIBRARIES, MARKER_FILE, VllmCpuOverlay, VllmRustOverlay, ensure_overlay, overlay_path,
 )
-from conformance.server import ServerStartError, launch
+from conformance.servers.launch import ServerStartError, launch
 from tests.test_server import assert_all_gone, fake_python, wait_for_pids  # noqa: F401 (a fixture)
 
 
@@ -72,7 +72,7 @@ def test_the_overlay_holds_the_new_python_code_over_the_installed_kernels(local_
 
 
 def test_the_overlay_is_built_once_and_again_when_it_was_left_incomplete(local_index: Path, monkeypatch) -> None:
-    from conformance.runtimes import vllm_033
+    from conformance.servers.runtimes import vllm_033
 
     downloads: list[str] = []
     real_download = vllm_033.download_wheel

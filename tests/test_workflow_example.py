@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from conformance.expectations import DEFAULT_PAIR_FILE
+from conformance.compare.expectations import DEFAULT_PAIR_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOW = REPO / "examples" / "github-actions" / "gate.yml"

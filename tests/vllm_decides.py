@@ -22,7 +22,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from conformance.template import StartupVerdict
+from conformance.audit.template_rules import StartupVerdict
 
 # configuration -> (--tool-call-parser, --reasoning-parser, --enable-auto-tool-choice), as CONFIGURATIONS
 Startup = tuple[str | None, str | None, bool]
@@ -125,7 +125,7 @@ class DecisionWorker:
 
 def overlay_worker(release: str = "0.33.0", startups: dict[str, Startup] = STARTUPS) -> DecisionWorker:
     """A worker over vLLM `release`'s overlay, as the hf-0.33 profile runs it (built on first use)."""
-    from conformance.runtimes.vllm_033 import VllmCpuOverlay
+    from conformance.servers.runtimes.vllm_033 import VllmCpuOverlay
 
     worker = DecisionWorker(VllmCpuOverlay(release).resolve(None).env["PYTHONPATH"], startups)
     if worker.version != release:

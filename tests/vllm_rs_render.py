@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from conformance.server import free_port, stop_process_tree
+from conformance.servers.launch import free_port, stop_process_tree
 
 START_TIMEOUT_S = 30.0
 REQUEST = {"messages": [{"role": "user", "content": "hi"}]}

@@ -1,6 +1,6 @@
 """What a client did with a recorded answer, judged against the server's own parsed message.
 
-The server's message is the one the suite reads from the recording (`conformance.wire`: the
+The server's message is the one the suite reads from the recording (`conformance.record.wire`: the
 non-streaming message, or the stream's deltas added up per `index`). Outcomes:
 * `same`: the client's message equals it (reasoning, content, each call's name and arguments as JSON
   values); for a refusal, the client raised and its error carries the server's message;
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from conformance.case_model import MESSAGE_FIELDS
-from conformance.wire import Message, error_text, message_view
+from conformance.record.case_model import MESSAGE_FIELDS
+from conformance.record.wire import Message, error_text, message_view
 
 ClientOutcome = Literal["same", "lost", "changed", "raised", "not_run"]
 OUTCOMES: tuple[ClientOutcome, ...] = ("same", "lost", "changed", "raised", "not_run")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from conformance.wire import Message
+from conformance.record.wire import Message
 
 ClientName = Literal["openai-python", "langchain-openai", "litellm", "ai-sdk"]
 ClientApi = Literal[

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance.clients.jobs import CALL_TIMEOUT, Job, Rebuilt
-from conformance.wire import Message, ToolCall
+from conformance.record.wire import Message, ToolCall
+from conformance.util.package_paths import NODE_PROJECT_DIR
 
 NODE_PROJECT_ENV = "CONFORMANCE_NODE_CLIENTS"  # another directory holding replay.mjs and its node_modules
 
@@ -24,7 +25,7 @@ class NodeUnavailable(RuntimeError):
 
 
 def project_dir() -> Path:
-    return Path(os.environ.get(NODE_PROJECT_ENV) or Path(__file__).resolve().parents[2] / "clients" / "node")
+    return Path(os.environ.get(NODE_PROJECT_ENV) or NODE_PROJECT_DIR)
 
 
 def _node() -> str:

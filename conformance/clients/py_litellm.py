@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from conformance.clients.jobs import CALL_TIMEOUT, Job, Rebuilt, error_text
-from conformance.wire import Message, ToolCall
+from conformance.record.wire import Message, ToolCall
 
 
 def _litellm() -> Any:

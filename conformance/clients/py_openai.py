@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.clients.jobs import CALL_TIMEOUT, Job, Rebuilt, error_text
-from conformance.wire import message_from_chat_json
+from conformance.record.wire import message_from_chat_json
 
 
 def version() -> str:

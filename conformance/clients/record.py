@@ -16,8 +16,8 @@ from typing import Any
 
 from conformance.clients.compare import ClientOutcome
 from conformance.clients.jobs import ClientApi, ClientName
-from conformance.recording import RecordingError
-from conformance.transcript import JsonLinesWriter, iter_json_lines
+from conformance.record.recording import RecordingError
+from conformance.record.transcript import JsonLinesWriter, iter_json_lines
 
 CLIENTS_FILE = "clients.jsonl"
 CLIENTS_FORMAT = "conformance-clients/1"
@@ -118,7 +118,7 @@ def read_recording(path: Path) -> tuple[dict[str, Any], list[ClientFinding], lis
 def _check(path: Path, number: int, definition: str, record: dict[str, Any]) -> None:
     errors = sorted(_validator(definition).iter_errors(record), key=lambda e: (len(e.absolute_path), e.message))
     if errors:
-        from conformance.locations import format_path
+        from conformance.util.locations import format_path
 
         where = format_path(list(errors[0].absolute_path))
         raise RecordingError(f"{path}:{number}: not a client {definition}: "
@@ -129,7 +129,7 @@ def _check(path: Path, number: int, definition: str, record: dict[str, Any]) -> 
 def _validator(definition: str) -> Any:
     import jsonschema
 
-    from conformance.checkpoints import load_schema
+    from conformance.util.package_paths import load_schema
 
     schema = load_schema("clients.schema.json")
     return jsonschema.Draft202012Validator({"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]})

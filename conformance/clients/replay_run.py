@@ -14,8 +14,8 @@ from conformance.clients.jobs import APIS, CLIENT_OF, ClientName, Job, Rebuilt
 from conformance.clients.idioms import IDIOMS, run_idioms
 from conformance.clients.record import ClientFinding, IdiomFinding
 from conformance.clients.replay_server import Answer, answer_of, running
-from conformance.transcript import Transcript
-from conformance.wire import read_stream, response_message
+from conformance.record.transcript import Transcript
+from conformance.record.wire import read_stream, response_message
 
 CLIENTS: tuple[ClientName, ...] = tuple(APIS)
 PYTHON_DRIVERS: dict[ClientName, Any] = {"openai-python": py_openai, "langchain-openai": py_langchain, "litellm": py_litellm}

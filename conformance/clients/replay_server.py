@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from conformance.transcript import Transcript
+from conformance.record.transcript import Transcript
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024  # a client's request body is read up to this size
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from conformance import exit_codes
+from conformance.util import exit_codes
 
 
 def add_verb(subparsers: argparse._SubParsersAction, name: str, help: str, description: str) -> argparse.ArgumentParser:

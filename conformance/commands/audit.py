@@ -7,9 +7,9 @@ import os
 import sys
 from pathlib import Path
 
-from conformance import exit_codes
+from conformance.util import exit_codes
 from conformance.commands import add_verb
-from conformance.hub import DEFAULT_WORKERS, OK
+from conformance.audit.hub import DEFAULT_WORKERS, OK
 
 DEFAULT_LIST = Path("checkpoints.yaml")
 LOG_WIDTH = 160  # the table's width when the output is not a terminal (and COLUMNS is not set)
@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
                         help="seconds to wait for the Hub's answer (default: HF_HUB_ETAG_TIMEOUT or 10); each file, "
                              "retries included, must arrive within 3 times this")
-    from conformance.offline import DEFAULT_EXAMPLES, DEFAULT_SEED
+    from conformance.audit.offline import DEFAULT_EXAMPLES, DEFAULT_SEED
 
     parser.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES, metavar="N",
                         help="round trip: N hypothesis examples per checkpoint with both a chat template and a "
@@ -68,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _entries(args: argparse.Namespace) -> list:
-    from conformance.checkpoints import load_checkpoints, parse_spec
+    from conformance.audit.checkpoint_list import load_checkpoints, parse_spec
 
     entries = [parse_spec(spec) for spec in args.checkpoints]
     list_file = args.list_file
@@ -94,8 +94,8 @@ def _is_directory(path: Path) -> bool:
 
 
 def _offline_options(args: argparse.Namespace):
-    from conformance.implementations.registry import select
-    from conformance.offline import OfflineOptions
+    from conformance.audit.implementations.registry import select
+    from conformance.audit.offline import OfflineOptions
 
     if args.examples < 0:
         raise UsageError("--examples must be 0 or more")
@@ -108,12 +108,12 @@ def _offline_options(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from conformance.audit import CHECKPOINT_FAULTS, audit_checkpoints, audit_local
-    from conformance.checkpoints import CheckpointsError, revision_warning
-    from conformance.hub import HubSettings
-    from conformance.offline import check as check_offline
-    from conformance.progress import Progress
-    from conformance.report.audit_report import STDOUT, AuditReportWriter, render_table
+    from conformance.audit.checkpoint_audit import CHECKPOINT_FAULTS, audit_checkpoints, audit_local
+    from conformance.audit.checkpoint_list import CheckpointsError, revision_warning
+    from conformance.audit.hub import HubSettings
+    from conformance.audit.offline import check as check_offline
+    from conformance.util.progress import Progress
+    from conformance.report.audit.report import STDOUT, AuditReportWriter, render_table
 
     try:
         entries = _entries(args)

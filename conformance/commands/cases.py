@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from conformance import exit_codes
+from conformance.util import exit_codes
 from conformance.commands import add_verb
 
 CHECK_DESCRIPTION = """\
@@ -20,7 +20,7 @@ and field:
   - tool names that neither the file's `tools` block nor DIR/tools.yaml defines (and names both define);
   - finish_reason values that do not fit the endpoint;
   - the feature `stream` without a `stream` override in some expectation, or the reverse;
-  - expectations for profiles that are not known (a warning; known: hf, legacy, i.e. conformance.profiles.PROFILES);
+  - expectations for profiles that are not known (a warning; known: hf, legacy, i.e. conformance.servers.profiles.PROFILES);
   - references that do not resolve: `contract N.M` must be a section of docs/vllm-0.32-contract.md,
     anything else a web address.
 Exit 0 when there is no error (warnings allowed), 1 when a case file has an error, 2 when DIR
@@ -46,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from conformance.cases import check_suite
+    from conformance.suite.cases import check_suite
 
     result = check_suite(args.directory)
     for issue in result.issues:

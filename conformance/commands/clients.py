@@ -8,7 +8,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance import exit_codes
+from conformance.util import exit_codes
 from conformance.commands import add_verb
 
 DESCRIPTION = """\
@@ -62,9 +62,9 @@ def run(args: argparse.Namespace) -> int:
 
     from conformance.clients.record import CLIENTS_FILE, make_header, write_findings
     from conformance.clients.replay_run import CLIENTS, client_versions, replay, replay_idioms
-    from conformance.recording import read_header
-    from conformance.report import clients_markdown
-    from conformance.transcript import TranscriptError, read_transcripts
+    from conformance.record.recording import read_header
+    from conformance.report.clients import markdown as clients_markdown
+    from conformance.record.transcript import TranscriptError, read_transcripts
 
     found = recordings(args.run_dir)
     if not found:

@@ -7,7 +7,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from conformance import exit_codes
+from conformance.util import exit_codes
 from conformance.commands import add_verb
 
 DESCRIPTION = """\
@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _run_dirs(paths: list[Path]) -> list[Path]:
     """Each path, a gate directory (no transcripts of its own, a baseline/ and a candidate/) as its two sides."""
-    from conformance.transcript import TRANSCRIPTS_FILE
+    from conformance.record.transcript import TRANSCRIPTS_FILE
 
     found = []
     for path in paths:
@@ -48,11 +48,11 @@ def _run_dirs(paths: list[Path]) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from conformance.cases import CaseFileError, load_suite
-    from conformance.gate import read_run_dir
-    from conformance.matrix import build_matrix
-    from conformance.report.matrix import write_contract_reports
-    from conformance.transcript import TranscriptError
+    from conformance.suite.cases import CaseFileError, load_suite
+    from conformance.compare.gate import read_run_dir
+    from conformance.compare.contract_matrix import build_matrix
+    from conformance.report.matrix.view import write_contract_reports
+    from conformance.record.transcript import TranscriptError
 
     try:
         recordings = [read_run_dir(path) for path in _run_dirs(args.runs)]

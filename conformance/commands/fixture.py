@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from conformance import exit_codes
+from conformance.util import exit_codes
 from conformance.commands import add_verb
 
 DESCRIPTION = """\
@@ -29,7 +29,7 @@ variants:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from conformance.fixture import VARIANTS
+    from conformance.formats.tiny_checkpoint import VARIANTS
 
     parser = add_verb(
         subparsers, "fixture", "build the tiny test checkpoint", "Tiny test checkpoints for real vLLM."
@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from conformance.fixture import build_fixture
+    from conformance.formats.tiny_checkpoint import build_fixture
 
     try:
         directory = build_fixture(args.directory, args.variant)

@@ -9,10 +9,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from conformance import exit_codes
+from conformance.util import exit_codes
 from conformance.commands import add_verb
-from conformance.fixture import VARIANTS
-from conformance.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
+from conformance.formats.tiny_checkpoint import VARIANTS
+from conformance.run.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
 
 GATE_DESCRIPTION = """\
 Run the same cases against a baseline and a candidate server and report every difference a client
@@ -108,7 +108,7 @@ def _expectations(args: argparse.Namespace, pair: tuple[str, str] | None) -> tup
     """(the entries acknowledging differences, where they come from: gate.json's `expectations`).
     Without --expect/--no-expect the default is the file shipped for the (baseline, candidate) profile
     `pair`, if one ships (`pair` None: servers given by URL, no default)."""
-    from conformance.expectations import load_expectations, shipped_expectations
+    from conformance.compare.expectations import load_expectations, shipped_expectations
 
     if args.no_expect:
         return [], {"file": None, "note": "--no-expect: nothing is acknowledged"}
@@ -123,8 +123,8 @@ def _expectations(args: argparse.Namespace, pair: tuple[str, str] | None) -> tup
 
 def _check_selectors(entries: list[Any], recordings: list[Any], cases_dir: Path | None) -> list[str]:
     """Entries naming a case or feature neither the recordings nor the case set know (typos)."""
-    from conformance.cases import CaseFileError, load_features, load_suite
-    from conformance.expectations import unknown_selectors
+    from conformance.suite.cases import CaseFileError, load_features, load_suite
+    from conformance.compare.expectations import unknown_selectors
 
     case_ids = {t.case_id for recording in recordings for t in recording.transcripts}
     try:
@@ -140,7 +140,7 @@ def _finish(gate: dict[str, Any], out_dir: Path) -> int:
     """Write gate.json and every gate report, print the verdict and the unacknowledged differences."""
     import json
 
-    from conformance.gate import GATE_FILE, exit_code_of
+    from conformance.compare.gate import GATE_FILE, exit_code_of
 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / GATE_FILE).write_text(json.dumps(gate, indent=1, ensure_ascii=False) + "\n", "utf-8")
@@ -158,19 +158,19 @@ def _finish(gate: dict[str, Any], out_dir: Path) -> int:
 
 def _import_reports() -> None:
     """The report modules (matplotlib among them, ~0.5 s) imported while vLLM boots, not after the run."""
-    import conformance.report.gate  # noqa: F401
+    import conformance.report.gate.write  # noqa: F401
 
 
 def _write_gate_reports(out_dir: Path, gate: dict[str, Any]) -> dict[str, Path]:
-    from conformance.report.gate import write_gate_reports
+    from conformance.report.gate.write import write_gate_reports
 
     return write_gate_reports(out_dir, gate)
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from conformance.expectations import ExpectationsError
-    from conformance.gate import build_gate, read_run_dir
-    from conformance.transcript import TranscriptError
+    from conformance.compare.expectations import ExpectationsError
+    from conformance.compare.gate import build_gate, read_run_dir
+    from conformance.record.transcript import TranscriptError
 
     try:
         recordings = [read_run_dir(args.baseline), read_run_dir(args.candidate)]
@@ -190,7 +190,7 @@ def _recorded_cors(gate_dir: Path) -> dict[str, Any] | None:
     """The CORS section of the live gate whose sides are being compared (preflights are not cases)."""
     import json
 
-    from conformance.gate import GATE_FILE
+    from conformance.compare.gate import GATE_FILE
 
     try:
         return json.loads((gate_dir / GATE_FILE).read_text("utf-8")).get("cors")
@@ -199,11 +199,11 @@ def _recorded_cors(gate_dir: Path) -> dict[str, Any] | None:
 
 
 def run_gate(args: argparse.Namespace) -> int:
-    from conformance.cases import CaseFileError, load_features, load_suite
-    from conformance.engine import select_cases
-    from conformance.expectations import ExpectationsError
-    from conformance.gate import build_gate
-    from conformance.gate_live import (
+    from conformance.suite.cases import CaseFileError, load_features, load_suite
+    from conformance.run.engine import select_cases
+    from conformance.compare.expectations import ExpectationsError
+    from conformance.compare.gate import build_gate
+    from conformance.run.gate_sides import (
         DEFAULT_ORIGIN,
         GateSetupError,
         GateSide,
@@ -211,7 +211,7 @@ def run_gate(args: argparse.Namespace) -> int:
         targets_for,
         write_side_reports,
     )
-    from conformance.profiles import launchable_profiles
+    from conformance.servers.profiles import launchable_profiles
 
     sides = []
     for name in ("baseline", "candidate"):
@@ -265,8 +265,8 @@ def _with_checkpoints(args: argparse.Namespace, out_dir: Path, sides: list[Any])
     from dataclasses import replace
 
     from conformance.commands.run import _directory_digest
-    from conformance.fixture import build_fixture
-    from conformance.profiles import profile_record
+    from conformance.formats.tiny_checkpoint import build_fixture
+    from conformance.servers.profiles import profile_record
 
     built: dict[str, tuple[Path, str]] = {}
     with_checkpoints = []

@@ -8,8 +8,8 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance import exit_codes
-from conformance.checks import SKIP_KINDS
+from conformance.util import exit_codes
+from conformance.run.checks.checks import SKIP_KINDS
 from conformance.commands import add_verb
 
 DESCRIPTION = """\
@@ -39,13 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from conformance.cases import CaseFileError, load_suite
-    from conformance.engine import CheckpointError, markers_for_checkpoint, recheck, write_reports
-    from conformance.recording import make_header
-    from conformance.report.jsonl import write_results
+    from conformance.suite.cases import CaseFileError, load_suite
+    from conformance.run.engine import CheckpointError, markers_for_checkpoint, recheck, write_reports
+    from conformance.record.recording import make_header
+    from conformance.report.run.jsonl import write_results
     from conformance.report.stamp import stamp_of_recording
-    from conformance.results import RESULTS_FILE, summarize
-    from conformance.transcript import TranscriptError, read_transcripts
+    from conformance.record.results import RESULTS_FILE, summarize
+    from conformance.record.transcript import TranscriptError, read_transcripts
 
     if args.out == Path("-"):
         print("conformance recheck: error: --out is the directory for the reports; `-` (standard output) "

@@ -14,11 +14,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from conformance import exit_codes
-from conformance.checks import SKIP_KINDS
+from conformance.util import exit_codes
+from conformance.run.checks.checks import SKIP_KINDS
 from conformance.commands import add_verb
-from conformance.fixture import VARIANTS
-from conformance.driver import (
+from conformance.formats.tiny_checkpoint import VARIANTS
+from conformance.run.driver import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_LINE_BYTES,
     DEFAULT_TIMEOUT,
@@ -92,8 +92,8 @@ def _usage_error(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from conformance.cases import CaseFileError, load_features, load_suite
-    from conformance.engine import CheckpointError, known_profiles, select_cases
+    from conformance.suite.cases import CaseFileError, load_features, load_suite
+    from conformance.run.engine import CheckpointError, known_profiles, select_cases
 
     if args.base_url and not (args.model and args.profile):
         return _usage_error("--base-url needs --model and --profile")
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         return _usage_error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     args.api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"  # as the openai client does
     if args.launch:
-        from conformance.profiles import launchable_profiles
+        from conformance.servers.profiles import launchable_profiles
 
         if args.launch not in launchable_profiles():
             return _usage_error(f"unknown profile {args.launch!r} for --launch; choose one of: "
@@ -141,9 +141,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out_dir: Path,
                     args: argparse.Namespace) -> int:
-    from conformance.engine import request_count
-    from conformance.engine import run as run_engine
-    from conformance.engine import write_reports
+    from conformance.run.engine import request_count
+    from conformance.run.engine import run as run_engine
+    from conformance.run.engine import write_reports
 
     try:
         output = run_engine(
@@ -183,10 +183,10 @@ def problem_lines(results: list[Any], width: int = 160) -> list[str]:
 def _report_interrupted_run(out_dir: Path, expected: int, target: Any) -> int:
     """Reports from what an interrupted run had already written (results are flushed as judged); interrupted
     before any answer was recorded, the reports say that nothing was judged."""
-    from conformance.engine import write_reports
+    from conformance.run.engine import write_reports
     from conformance.report.stamp import make_stamp, stamp_of_recording
-    from conformance.results import RESULTS_FILE, read_results
-    from conformance.transcript import TRANSCRIPTS_FILE, read_transcripts
+    from conformance.record.results import RESULTS_FILE, read_results
+    from conformance.record.transcript import TRANSCRIPTS_FILE, read_transcripts
 
     recorded = (out_dir / TRANSCRIPTS_FILE).is_file()
     transcripts = read_transcripts(out_dir / TRANSCRIPTS_FILE) if recorded else []
@@ -209,8 +209,8 @@ class TargetError(Exception):
 @contextlib.contextmanager
 def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tuple[str, ...]]]:
     """(Target, markers) for an attached server, or for a freshly launched one (stopped on exit)."""
-    from conformance.driver import Target
-    from conformance.engine import markers_for_checkpoint
+    from conformance.run.driver import Target
+    from conformance.run.engine import markers_for_checkpoint
 
     if args.base_url:
         yield Target(
@@ -219,9 +219,9 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
             max_line_bytes=args.max_line_bytes, fixture_variant=args.fixture_variant,
         ), markers_for_checkpoint(args.checkpoint)  # fmt: skip
         return
-    from conformance.fixture import build_fixture
-    from conformance.profiles import PROFILES
-    from conformance.server import ServerStartError, launch
+    from conformance.formats.tiny_checkpoint import build_fixture
+    from conformance.servers.profiles import PROFILES
+    from conformance.servers.launch import ServerStartError, launch
 
     variant = args.fixture_variant or PROFILES[args.launch].fixture_variant
     checkpoint = build_fixture(out_dir / "checkpoint", variant=variant)

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from conformance import exit_codes
+from conformance.util import exit_codes
 from conformance.commands import add_verb
 
 DESCRIPTION = """\
@@ -28,7 +28,7 @@ example:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from conformance.profiles import PROFILES, launchable_profiles
+    from conformance.servers.profiles import PROFILES, launchable_profiles
 
     listing = "\n".join(f"  {name:<7} {' '.join(PROFILES[name].server_args)}" for name in launchable_profiles())
     parser = add_verb(subparsers, "serve", "run a profile's real server (vLLM with its parser flags)",
@@ -47,11 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from conformance.server import ServerStartError, launch
+    from conformance.servers.launch import ServerStartError, launch
 
     # Ctrl-C (taken by cli.main) and SIGTERM both unwind through `launch`, which stops the server's tree.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    from conformance.profiles import PROFILES
+    from conformance.servers.profiles import PROFILES
 
     print(f"starting {PROFILES[args.profile].server_name} ({args.profile} profile) for {args.model} ...", file=sys.stderr)
     try:

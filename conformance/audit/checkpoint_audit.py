@@ -1,0 +1,179 @@
+"""The checkpoint audit: fetched (or local) metadata -> template verdicts -> expectations.
+
+`audit_local(directory)` audits a checkpoint directory on disk; `audit_checkpoints(entries, settings)`
+fetches Hub checkpoints concurrently and yields each audit as soon as it is complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from conformance.audit import hub
+from conformance.audit.predictors.vllm_rs import RustVerdict
+from conformance.audit.predictors.sglang import SGLangVerdict
+from conformance.audit.checkpoint_list import CheckpointEntry, revision_warning
+from conformance.audit.template_rules import (
+    CONFIGURATIONS,
+    Finding,
+    StartupVerdict,
+    TemplateAnalysis,
+    TemplateAnalysisTimeout,
+    TemplateTooExpensive,
+    analyze_template,
+)
+
+OK = hub.OK
+TEMPLATE_TIMEOUT = "template_timeout"
+TEMPLATE_TOO_EXPENSIVE = "template_too_expensive"  # the analysis needed more memory than its worker may have
+ANALYSIS_ERROR = "analysis_error"  # the analysis worker itself failed: a tool problem
+# Statuses that say something about the checkpoint itself (exit 1); any other failure means the audit
+# could not look at the checkpoint (Hub, network, cache, access: exit 2).
+CHECKPOINT_FAULTS = frozenset({hub.INVALID_JSON, hub.TOO_LARGE, TEMPLATE_TIMEOUT, TEMPLATE_TOO_EXPENSIVE})
+
+# The Python releases whose verdicts the audit predicts (TemplateAnalysis fields); `expect` holds for each.
+PythonRelease = Literal["vllm_0_32", "vllm_0_33"]
+
+
+@dataclass
+class CheckpointAudit:
+    id: str  # Hub repo id, or the directory for a local checkpoint
+    source: str  # "hub" or "local"
+    revision: str | None  # as asked (None for local)
+    commit: str | None  # resolved commit (None for local or when fetching failed)
+    status: str  # OK or a failure kind
+    error: str | None = None
+    files: list[str] = field(default_factory=list)
+    template: TemplateAnalysis | None = None
+    expect: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    position: int = 0  # place in the requested order
+    startup_error: str | None = None  # vLLM fails reading the files themselves, whatever the flags
+    # Offline checks (conformance/offline.py): what they read, and their records for the report.
+    tokenizer_config: dict | None = field(default=None, repr=False)
+    file_paths: dict[str, Path] = field(default_factory=dict, repr=False)
+    roundtrip: dict | None = None
+    implementations: dict | None = None
+    offline_findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def vllm_0_32(self) -> dict[str, StartupVerdict] | None:
+        return self.python_verdicts("vllm_0_32")
+
+    @property
+    def vllm_0_33(self) -> dict[str, StartupVerdict] | None:
+        return self.python_verdicts("vllm_0_33")
+
+    def python_verdicts(self, release: PythonRelease) -> dict[str, StartupVerdict] | None:
+        """A Python release's verdicts; files that cannot be read fail every configuration alike."""
+        if self.template is None and self.startup_error is not None:
+            return {name: StartupVerdict(starts=False, error=self.startup_error) for name in CONFIGURATIONS}
+        return getattr(self.template, release) if self.template is not None else None
+
+    @property
+    def vllm_0_32_rust(self) -> dict[str, RustVerdict] | None:
+        """`vllm-rs serve`'s predicted behaviour; None when the template could not be analysed (files the
+        Python side cannot read say nothing certain about the Rust frontend's own reader)."""
+        return self.template.vllm_0_32_rust if self.template is not None else None
+
+    @property
+    def vllm_0_33_rust(self) -> dict[str, RustVerdict] | None:
+        """As `vllm_0_32_rust`, for vLLM 0.33's Rust frontend."""
+        return self.template.vllm_0_33_rust if self.template is not None else None
+
+    @property
+    def sglang_0_5_23(self) -> dict[str, SGLangVerdict] | None:
+        """SGLang 0.5.23's predicted behaviour (from its code: it cannot run here); None when the template
+        could not be analysed."""
+        return self.template.sglang_0_5_23 if self.template is not None else None
+
+    @property
+    def findings(self) -> tuple[Finding, ...]:
+        return (self.template.findings if self.template is not None else ()) + tuple(self.offline_findings)
+
+    @property
+    def unmet_expectations(self) -> list[str]:
+        """One message per `expect` entry and Python release whose prediction does not meet it (or one per
+        entry when it cannot be checked). vLLM 0.32's messages name no release, as before 0.33 was predicted."""
+        unmet = []
+        for configuration, expected in self.expect.items():
+            if self.vllm_0_32 is None:
+                unmet.append(f"{configuration}: expected {expected}, but the checkpoint could not be audited ({self.status})")
+                continue
+            for release, verdicts in (("", self.vllm_0_32), ("vLLM 0.33 ", self.vllm_0_33)):
+                verdict = verdicts[configuration]
+                predicted = configuration_outcome(verdict)
+                if predicted != expected:
+                    unmet.append(f"{configuration}: expected {expected}, {release}predicted {predicted}"
+                                 + (f": {verdict.error}" if verdict.error else ""))
+        return unmet
+
+
+def _analyze(audit: CheckpointAudit, tokenizer_config: dict) -> CheckpointAudit:
+    audit.tokenizer_config = tokenizer_config
+    try:
+        audit.template = analyze_template(tokenizer_config)
+    except TemplateAnalysisTimeout as exc:
+        audit.status, audit.error = TEMPLATE_TIMEOUT, str(exc)
+    except TemplateTooExpensive as exc:
+        audit.status, audit.error = TEMPLATE_TOO_EXPENSIVE, str(exc)
+    except RuntimeError as exc:
+        audit.status, audit.error = ANALYSIS_ERROR, str(exc)
+    return audit
+
+
+def audit_local(directory: Path) -> CheckpointAudit:
+    """Audit a checkpoint directory on disk (e.g. a model about to be uploaded)."""
+    directory = Path(directory)
+    audit = CheckpointAudit(id=str(directory), source="local", revision=None, commit=None, status=OK)
+    try:
+        audit.files = [name for name in (hub.TOKENIZER_CONFIG, *hub.OPTIONAL_FILES) if (directory / name).is_file()]
+    except OSError as exc:  # a directory that cannot be listed
+        audit.status, audit.error = hub.UNREADABLE, f"{directory}: cannot read: {exc.strerror or exc}"
+        return audit
+    config_path = directory / hub.TOKENIZER_CONFIG
+    if hub.TOKENIZER_CONFIG not in audit.files:
+        audit.status, audit.error = hub.NOT_FOUND, f"{config_path}: no such file"
+        return audit
+    try:
+        audit.file_paths = {name: directory / name for name in audit.files}
+        tokenizer_config = hub.read_checkpoint_files(audit.file_paths)
+    except hub.FetchError as exc:
+        audit.status, audit.error, audit.startup_error = exc.kind, f"{directory}/{exc}", exc.startup_error
+        return audit
+    return _analyze(audit, tokenizer_config)
+
+
+def _audit_fetched(fetched: hub.FetchedCheckpoint, entry: CheckpointEntry, position: int) -> CheckpointAudit:
+    audit = CheckpointAudit(
+        id=entry.repo, source="hub", revision=entry.revision, commit=fetched.commit, status=fetched.status,
+        error=fetched.error, files=list(fetched.files), expect=dict(entry.expect), position=position,
+        startup_error=fetched.startup_error, file_paths=dict(fetched.files),
+        warnings=[warning] if (warning := revision_warning(entry)) else [],
+    )
+    if fetched.tokenizer_config is None:
+        return audit
+    return _analyze(audit, fetched.tokenizer_config)
+
+
+def audit_checkpoints(
+    entries: Iterable[CheckpointEntry], settings: hub.HubSettings, workers: int = hub.DEFAULT_WORKERS
+) -> Iterator[CheckpointAudit]:
+    """Audit Hub checkpoints, one audit per entry, yielded in completion order. Fetching is concurrent, and
+    a repo@revision listed more than once (say with different `expect`) is fetched once."""
+    entries = list(entries)
+    positions: dict[tuple[str, str], list[int]] = {}
+    for index, entry in enumerate(entries):
+        positions.setdefault((entry.repo, entry.revision), []).append(index)
+    for fetched in hub.fetch_many(list(positions), settings, workers=workers):
+        for position in positions[(fetched.repo, fetched.revision)]:
+            yield _audit_fetched(fetched, entries[position], position)
+
+
+def configuration_outcome(verdict: StartupVerdict) -> str:
+    return "starts" if verdict.starts else "fails"
+
+
+__all__ = ["CheckpointAudit", "audit_checkpoints", "audit_local", "configuration_outcome"]

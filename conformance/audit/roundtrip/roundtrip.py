@@ -1,0 +1,331 @@
+"""The round trip of a checkpoint's two templates: what its chat template writes for an assistant
+message, its response_template must parse back into that message.
+
+Each hypothesis example (`conformance.audit.roundtrip.strategies`) is rendered with the chat template the
+way `apply_chat_template` renders it (transformers' own renderer, the special tokens as variables,
+the tools): the prompt is the conversation up to the generation prompt, the raw output is the rest
+of the conversation with the assistant turn, up to the turn's final end-of-turn token (the eos
+token, which the server does not hand to the parser). The raw output is parsed with the
+response_template by transformers' parser (`parse_response(raw, template, prefix=prompt,
+tools=...)`, what `tokenizer.parse_response` calls) and must give the message back, modulo what the
+format documents: text fields are stripped (the `text` parser's default), empty fields are left
+out, a tool call is compared by name and arguments as JSON values (types included: 3 is not 3.0).
+Chunk invariance: the streaming `ResponseParser` fed the same raw text in chunks (one character,
+random sizes, cut inside every delimiter) gives the same message (or the same error) as a whole.
+
+Counterexamples are hypothesis's shrunk examples, one per kind of failure, each with the exact
+prompt and raw text to reproduce it. Runs are deterministic for a seed (no database unless asked).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+from conformance.formats.markers import template_markers
+
+FailureCode = Literal["roundtrip-render-error", "roundtrip-parse-error", "roundtrip-mismatch", "chunk-variance"]
+USER_MESSAGE = {"role": "user", "content": "Use the tools."}
+SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
+MAX_INPUTS = 400  # generated outputs kept for the implementations matrix
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a round trip needs of a checkpoint."""
+
+    chat_template: str
+    response_template: dict[str, Any]
+    special_tokens: dict[str, str]
+
+    @property
+    def eos(self) -> str | None:
+        return self.special_tokens.get("eos_token")
+
+    @cached_property
+    def delimiters(self) -> tuple[str, ...]:
+        """The template's literal delimiters, its start anchors, string delimiters and the eos token."""
+        found = list(template_markers(self.response_template))
+        anchors = self.response_template.get("start_anchor")
+        found += [anchors] if isinstance(anchors, str) else list(anchors or [])
+        for spec in self.response_template.get("fields", {}).values():
+            for pair in (spec.get("content_args") or {}).get("string_delims") or []:
+                found += list(pair)
+        if self.eos:
+            found.append(self.eos)
+        return tuple(dict.fromkeys(d for d in found if isinstance(d, str) and d.strip()))
+
+    @cached_property
+    def reserved(self) -> str:
+        """Characters the format reserves: the json parser's sentinels when string delimiters are set."""
+        fields = self.response_template.get("fields", {}).values()
+        return "\x01\x02" if any((spec.get("content_args") or {}).get("string_delims") for spec in fields) else ""
+
+    def field_named(self, *names: str) -> str | None:
+        return next((name for name in names if name in self.response_template.get("fields", {})), None)
+
+
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("content"), str):
+        return value["content"]  # an AddedToken written as a dict
+    return None
+
+
+def chat_template_of(tokenizer_config: Mapping[str, Any], files: Mapping[str, Path]) -> str | None:
+    """The chat template transformers would use with tools: chat_template.jinja, else chat_template.json's,
+    else the tokenizer_config key (a named list: `tool_use`, else `default`)."""
+    if "chat_template.jinja" in files:
+        return Path(files["chat_template.jinja"]).read_text(encoding="utf-8")
+    template: Any = tokenizer_config.get("chat_template")
+    if "chat_template.json" in files:
+        template = json.loads(Path(files["chat_template.json"]).read_text(encoding="utf-8")).get("chat_template")
+    if isinstance(template, list):
+        named = {item.get("name"): item.get("template") for item in template if isinstance(item, Mapping)}
+        template = named.get("tool_use") or named.get("default")
+    return template if isinstance(template, str) else None
+
+
+def subject_of(tokenizer_config: Mapping[str, Any], files: Mapping[str, Path]) -> Subject | str:
+    """The round trip's subject, or why there is none (the reason a skip is reported with)."""
+    response_template = tokenizer_config.get("response_template")
+    if not isinstance(response_template, dict):
+        return "no response_template"
+    chat_template = chat_template_of(tokenizer_config, files)
+    if chat_template is None:
+        return "no chat template"
+    special = {key: text for key in SPECIAL_TOKEN_KEYS if (text := _token_text(tokenizer_config.get(key))) is not None}
+    return Subject(chat_template, response_template, special)
+
+
+# --- rendering ------------------------------------------------------------------------------------------
+
+
+class RenderError(Exception):
+    """The chat template could not render the conversation."""
+
+
+def render(subject: Subject, messages: list[dict], tools: list[dict], add_generation_prompt: bool,
+           **template_kwargs: Any) -> str:
+    """The conversation as `apply_chat_template(..., tokenize=False, **template_kwargs)` renders it."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    try:
+        rendered, _ = render_jinja_template(
+            conversations=[messages], tools=tools or None, chat_template=subject.chat_template,
+            add_generation_prompt=add_generation_prompt, **subject.special_tokens, **template_kwargs,
+        )
+    except Exception as error:  # a checkpoint's template may raise anything (raise_exception, undefined...)
+        raise RenderError(f"{type(error).__name__}: {error}") from None
+    return rendered[0]
+
+
+def template_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The message as chat templates read it: reasoning under each name templates use."""
+    rendered = dict(message)
+    if "reasoning" in message:
+        rendered["reasoning_content"] = rendered["thinking"] = message["reasoning"]
+    return rendered
+
+
+def render_turn(subject: Subject, tools: list[dict], message: dict[str, Any]) -> tuple[str, str]:
+    """(prompt, raw output) for `message` answering the user with `tools` available."""
+    prompt = render(subject, [USER_MESSAGE], tools, add_generation_prompt=True)
+    whole = render(subject, [USER_MESSAGE, template_message(message)], tools, add_generation_prompt=False)
+    if not whole.startswith(prompt):
+        raise RenderError("the rendered conversation does not start with the rendered generation prompt: "
+                          f"prompt ends {prompt[-60:]!r}, conversation there reads {whole[len(prompt) - 60:len(prompt)]!r}")
+    raw = whole[len(prompt):]
+    if subject.eos and (end := raw.rfind(subject.eos)) != -1 and not raw[end + len(subject.eos):].strip():
+        raw = raw[:end]
+    return prompt, raw
+
+
+# --- parsing and comparing ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A parser's answer: the message, or the error it raised."""
+
+    message: dict[str, Any] | None
+    error: str | None = None
+
+    def same(self, other: Parsed) -> bool:
+        if self.error is not None or other.error is not None:
+            return (self.error or "").split(":")[0] == (other.error or "").split(":")[0]
+        return canonical(self.message) == canonical(other.message)
+
+
+def canonical(value: Any) -> str:
+    """JSON text that tells types apart (1 vs 1.0 vs true) and ignores key order."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def parse_whole(subject: Subject, prompt: str, raw: str, tools: list[dict]) -> Parsed:
+    from transformers.utils.chat_parsing import parse_response
+
+    try:
+        return Parsed(parse_response(raw, subject.response_template, prefix=prompt, tools=tools))
+    except Exception as error:
+        return Parsed(None, f"{type(error).__name__}: {error}")
+
+
+def parse_chunked(subject: Subject, prompt: str, chunks: list[str], tools: list[dict]) -> Parsed:
+    from transformers.utils.chat_parsing import ResponseParser
+
+    try:
+        parser = ResponseParser(subject.response_template, prefix=prompt, tools=tools)
+        for chunk in chunks:
+            parser.feed(chunk)
+        message, _ = parser.finalize()
+        return Parsed(message)
+    except Exception as error:
+        return Parsed(None, f"{type(error).__name__}: {error}")
+
+
+def expected_message(subject: Subject, message: dict[str, Any]) -> dict[str, Any]:
+    """What the parser must give back for `message`: stripped text, no empty fields, calls as name + arguments."""
+    fields = subject.response_template["fields"]
+    expected: dict[str, Any] = dict(subject.response_template.get("defaults", {}))
+    for source, names in (("reasoning", ("thinking", "reasoning_content")), ("content", ("content",))):
+        name = subject.field_named(*names)
+        if name is None or source not in message:
+            continue
+        strip = (fields[name].get("content_args") or {}).get("strip", True)
+        text = message[source].strip() if strip else message[source]
+        if text:
+            expected[name] = text
+    calls = [call_of(call) for call in message.get("tool_calls", [])]
+    if calls:
+        expected["tool_calls"] = calls
+    return expected
+
+
+def call_of(call: Any) -> Any:
+    """A tool call as name and arguments, whatever the transform wraps it in (`function` or not)."""
+    function = call.get("function", call) if isinstance(call, dict) else call
+    if not isinstance(function, dict):
+        return function
+    return {"name": function.get("name"), "arguments": function.get("arguments")}
+
+
+def comparable(subject: Subject, parsed: dict[str, Any]) -> dict[str, Any]:
+    shaped = dict(parsed)
+    if isinstance(shaped.get("tool_calls"), list):
+        shaped["tool_calls"] = [call_of(call) for call in shaped["tool_calls"]]
+    return shaped
+
+
+# --- the property and its search ------------------------------------------------------------------------
+
+
+class RoundTripFailure(Exception):
+    code: FailureCode
+
+    def __init__(self, detail: dict[str, Any]) -> None:
+        super().__init__(detail["summary"])
+        self.detail = detail
+
+
+class RenderFailure(RoundTripFailure):
+    code = "roundtrip-render-error"
+
+
+class ParseFailure(RoundTripFailure):
+    code = "roundtrip-parse-error"
+
+
+class Mismatch(RoundTripFailure):
+    code = "roundtrip-mismatch"
+
+
+class ChunkVariance(RoundTripFailure):
+    code = "chunk-variance"
+
+
+@dataclass
+class RoundTripResult:
+    seed: int
+    examples: int  # examples the search ran (shrinking included)
+    failures: dict[str, dict[str, Any]] = field(default_factory=dict)  # code -> the shrunk counterexample
+    inputs: list[dict[str, Any]] = field(default_factory=list)  # {prompt, raw, tools} for the matrix
+    error: str | None = None  # the search itself failed (a tool problem)
+
+
+def check_turn(subject: Subject, tools: list[dict], message: dict, chunks_of: Any) -> dict[str, Any]:
+    """Run the property on one example; raise the RoundTripFailure it hits. Returns the rendered input."""
+    example = {"tools": tools, "message": message}
+    try:
+        prompt, raw = render_turn(subject, tools, message)
+    except RenderError as error:
+        raise RenderFailure({**example, "summary": str(error)}) from None
+    rendered = {"prompt": prompt, "raw": raw, "tools": tools}
+    whole = parse_whole(subject, prompt, raw, tools)
+    chunks = chunks_of(raw)
+    chunked = parse_chunked(subject, prompt, chunks, tools)
+    if not whole.same(chunked):
+        raise ChunkVariance({**example, **rendered, "chunks": chunks, "whole": whole.__dict__,
+                             "chunked": chunked.__dict__, "summary": "chunked parse differs from the whole parse"})
+    if whole.error is not None:
+        raise ParseFailure({**example, **rendered, "actual": whole.error, "summary": whole.error.splitlines()[0]})
+    expected = expected_message(subject, message)
+    actual = comparable(subject, whole.message)
+    if canonical(expected) != canonical(actual):
+        raise Mismatch({**example, **rendered, "expected": expected, "actual": whole.message,
+                        "summary": "the parsed message differs from the rendered one"})
+    return rendered
+
+
+def run_roundtrip(subject: Subject, examples: int, seed: int, database: Path | None = None) -> RoundTripResult:
+    """Search `examples` examples for counterexamples, deterministically for `seed` without a `database`;
+    with one, hypothesis replays the counterexamples saved there first and saves new ones (unseeded)."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as seeded
+    from hypothesis import strategies as st
+    from hypothesis.database import DirectoryBasedExampleDatabase
+    from hypothesis.errors import HypothesisException
+
+    from conformance.audit.roundtrip.strategies import chunkings, turns
+
+    fields = subject.response_template.get("fields", {})
+    strategy = turns(subject.delimiters, reserved=subject.reserved,
+                     reasoning=subject.field_named("thinking", "reasoning_content") is not None,
+                     content="content" in fields, tool_calls="tool_calls" in fields)
+    result = RoundTripResult(seed=seed, examples=0)
+    seen: set[str] = set()
+
+    @settings(max_examples=examples, database=DirectoryBasedExampleDatabase(str(database)) if database else None,
+              deadline=None, derandomize=False, report_multiple_bugs=True, print_blob=False,
+              suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink])
+    @given(turn=strategy, data=st.data())
+    def search(turn: Any, data: Any) -> None:
+        result.examples += 1
+        try:
+            rendered = check_turn(subject, turn.tools, turn.message,
+                                  lambda raw: data.draw(chunkings(raw, subject.delimiters)))
+        except RoundTripFailure as failure:
+            result.failures[failure.code] = {"code": failure.code, **failure.detail}
+            raise
+        if len(result.inputs) < MAX_INPUTS and rendered["raw"] not in seen:
+            seen.add(rendered["raw"])
+            result.inputs.append({**rendered, "origin": "round trip"})
+
+    if database is None:  # hypothesis saves nothing under an explicit seed: with a database, it replays instead
+        search = seeded(seed)(search)
+    try:
+        search()
+    except (RoundTripFailure, BaseExceptionGroup):
+        pass
+    except HypothesisException as error:
+        result.error = f"{type(error).__name__}: {error}"
+    for failure in result.failures.values():  # the shrunk example's own input feeds the matrix too
+        if "raw" in failure and failure["raw"] not in seen:
+            result.inputs.append({**{key: failure[key] for key in ("prompt", "raw", "tools")},
+                                  "origin": f"round trip counterexample ({failure['code']})"})
+    return result

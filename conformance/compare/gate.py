@@ -1,0 +1,228 @@
+"""The gate: two recorded runs of the same cases -> their differences -> the expectations -> a verdict,
+all in one `gate.json` record (format: docs/gate-format.md) that every gate report is a view of.
+
+`build_gate` is pure (recordings in, dict out), so the live `conformance gate` and `conformance
+compare` of its two recordings produce the same differences. Verdict: exit 1 on any unacknowledged
+difference and on any case that newly fails or errors under the candidate; 2 when nothing could be
+compared or the baseline itself could not be judged (an `error` there hides what the candidate does);
+0 otherwise. Stale acknowledgements are reported, and fail only with `strict`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from conformance.util import exit_codes
+from conformance.record.wire import error_object, message_view, read_stream, response_message
+from conformance.compare.diff import Difference, Pair, diff_pair, pair_runs, stream_shape
+from conformance.compare.expectations import Acknowledgement, acknowledge
+from conformance.record.results import CaseResult, summarize
+from conformance.compare.timing import timing_section
+from conformance.record.transcript import Transcript
+
+GATE_FORMAT = "conformance-gate/1"
+GATE_FILE = "gate.json"
+SIDES = ("baseline", "candidate")
+NEWLY_BAD = ("fail", "error")
+EXCERPT_REQUEST_SKIP = {"messages", "input", "tools", "model", "structured_outputs", "return_token_ids"}
+
+
+@dataclass
+class Recording:
+    """One side of a gate: a run's transcripts, results and stamp, and a label for people."""
+
+    label: str
+    transcripts: Sequence[Transcript]
+    results: Sequence[CaseResult]
+    stamp: Mapping[str, Any]
+    run_dir: str | None = None
+    startup_seconds: float | None = None  # the server's start to healthy, when the gate launched it
+
+
+def read_run_dir(run_dir: Path, label: str | None = None) -> Recording:
+    """A recorded run directory (`conformance run --out DIR`, or one side of a gate)."""
+    from conformance.report.run.jsonl import RUN_FILE
+    from conformance.report.stamp import stamp_of_recording
+    from conformance.record.results import RESULTS_FILE, read_results
+    from conformance.record.transcript import TRANSCRIPTS_FILE, TranscriptError, read_transcripts
+
+    transcripts = read_transcripts(run_dir / TRANSCRIPTS_FILE)
+    results = read_results(run_dir / RESULTS_FILE)
+    if not transcripts:
+        raise TranscriptError(f"{run_dir / TRANSCRIPTS_FILE}: no transcripts in this run")
+    try:
+        stamp = json.loads((run_dir / RUN_FILE).read_text("utf-8"))["stamp"]
+    except (OSError, ValueError, KeyError, TypeError):
+        stamp = stamp_of_recording(transcripts)
+    if not isinstance(stamp, dict):
+        stamp = stamp_of_recording(transcripts)
+    return Recording(label or str(stamp.get("profile") or run_dir.name), transcripts, results, stamp, str(run_dir))
+
+
+def build_gate(baseline: Recording, candidate: Recording, entries: Sequence[Acknowledgement] = (), *,
+               strict: bool = False, cors: Mapping[str, Any] | None = None,
+               expectations: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The gate record of two recordings (see the module docstring and docs/gate-format.md);
+    `expectations` says where `entries` come from (`{"file": ..., "note": ...}`)."""
+    from conformance import __version__
+
+    pairs = pair_runs((baseline.transcripts, baseline.results), (candidate.transcripts, candidate.results))
+    by_pair = [(pair, diff_pair(pair)) for pair in pairs]
+    differences = [difference for _, found in by_pair for difference in found]
+    matched, stale = acknowledge(differences, entries)
+    acknowledged_by = {id(d): entry for d, entry in matched if entry is not None}
+    newly_failing = [d for d in differences if d.kind == "outcome" and d.candidate in NEWLY_BAD
+                     and d.baseline not in NEWLY_BAD]
+    return {
+        "format": GATE_FORMAT,
+        "suite_version": __version__,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "origin": cors.get("origin") if cors else None,
+        "sides": {side: _side(recording, cors) for side, recording in zip(SIDES, (baseline, candidate))},
+        "expectations": dict(expectations) if expectations else None,
+        "verdict": _verdict(pairs, matched, stale, newly_failing, (baseline, candidate), strict),
+        "differences": [
+            {**difference.to_dict(), "id": difference.key,
+             "acknowledged": _acknowledgement(acknowledged_by.get(id(difference)), difference, newly_failing),
+             "excerpt": _excerpt(pair, difference)}
+            for pair, found in by_pair for difference in found
+        ],
+        "stale": [{"selector": entry.selector(), "kind": entry.kind, "reason": entry.reason, "source": entry.source}
+                  for entry in stale],
+        "behaviours": _behaviours(by_pair, acknowledged_by),
+        "timing": timing_section([(p.case_id, p.mode, p.transcripts.get("baseline"), p.transcripts.get("candidate"))
+                                  for p in pairs]),
+        "cors": dict(cors) if cors else None,
+    }  # fmt: skip
+
+
+def exit_code_of(gate: Mapping[str, Any]) -> int:
+    return int(gate["verdict"]["exit_code"])
+
+
+def _side(recording: Recording, cors: Mapping[str, Any] | None) -> dict[str, Any]:
+    from conformance.servers.profiles import cors_advice_for
+
+    summary = summarize(recording.results)
+    profile = str(recording.stamp.get("profile") or recording.label)
+    return {"label": recording.label, "run_dir": recording.run_dir, "stamp": dict(recording.stamp),
+            "summary": {"counts": summary.counts, "total": summary.total},
+            "startup_seconds": recording.startup_seconds,
+            "cors_advice": cors_advice_for(profile, str(cors.get("origin"))) if cors and cors.get("origin") else None}
+
+
+def _acknowledgement(entry: Acknowledgement | None, difference: Difference,
+                     newly_failing: Sequence[Difference]) -> dict[str, Any] | None:
+    if entry is None or any(difference is bad for bad in newly_failing):
+        return None  # a case that newly fails or errors is never acknowledged away
+    return entry.to_dict()
+
+
+def _verdict(pairs: Sequence[Pair], matched: Sequence[tuple[Difference, Acknowledgement | None]],
+             stale: Sequence[Acknowledgement], newly_failing: Sequence[Difference],
+             recordings: tuple[Recording, Recording], strict: bool) -> dict[str, Any]:
+    baseline = recordings[0]
+    unacknowledged = [d for d, entry in matched if entry is None or d in newly_failing]
+    baseline_errors = [r for r in baseline.results if r.outcome == "error" and r.repeat == 0]
+    unjudged = [side for side, recording in zip(SIDES, recordings)
+                if not any(r.outcome in ("pass", "fail") for r in recording.results)]
+    counts = {"unacknowledged": len(unacknowledged), "acknowledged": len(matched) - len(unacknowledged),
+              "stale": len(stale), "newly_failing": len(newly_failing), "compared": len(pairs)}
+    line = (f"{counts['unacknowledged']} unacknowledged difference(s), {counts['acknowledged']} acknowledged, "
+            f"{counts['stale']} stale, {counts['newly_failing']} newly failing or erroring under the candidate "
+            f"({counts['compared']} case x mode compared)")
+    if not pairs:
+        outcome, code, line = "error", exit_codes.ERROR, "nothing was compared: the recordings share no case"
+    elif unjudged:
+        outcome, code = "error", exit_codes.ERROR
+        line = f"nothing was judged under the {' and the '.join(unjudged)}: every result is a skip or an error"
+    elif baseline_errors:
+        outcome, code = "error", exit_codes.ERROR
+        line = (f"the baseline could not be judged on {len(baseline_errors)} case x mode (e.g. "
+                f"{baseline_errors[0].name}: {baseline_errors[0].reason[:150]}); " + line)
+    elif unacknowledged or (strict and stale):
+        outcome, code = "fail", exit_codes.FAILED
+        if strict and stale and not unacknowledged:
+            line += "; --strict: stale acknowledgements fail the gate"
+    else:
+        outcome, code = "pass", exit_codes.OK
+    return {"exit_code": code, "outcome": outcome, "line": line, **counts}
+
+
+# --- the client-owner view --------------------------------------------------------------------
+
+
+def _excerpt(pair: Pair, difference: Difference) -> dict[str, Any]:
+    transcript = pair.transcripts.get("candidate") or pair.transcripts.get("baseline")
+    request = None
+    if transcript is not None:
+        request = {k: v for k, v in transcript.request.items() if k not in EXCERPT_REQUEST_SKIP}
+        if transcript.forced:
+            from conformance.servers.profiles import profile_record
+
+            request["forced output"] = profile_record(transcript.profile).forcing.forced_text(transcript.request)
+    return {"request": request,
+            **{side: answer_summary(pair.transcripts.get(side)) for side in SIDES}}
+
+
+def answer_summary(transcript: Transcript | None) -> str | None:
+    """One line saying what a client got: the refusal, or the message (and how it streamed)."""
+    if transcript is None:
+        return None
+    if transcript.skip_reason:
+        return f"not sent: {transcript.skip_reason}"
+    if transcript.transport_error:
+        return f"no answer: {transcript.transport_error}"
+    if transcript.status is None:
+        return "no answer"
+    if transcript.endpoint == "preflight":
+        headers = (transcript.response or {}).get("headers") or {}
+        return (f"HTTP {transcript.status}, access-control-allow-origin: "
+                f"{headers.get('access-control-allow-origin') or 'absent'}")
+    if transcript.status >= 400:
+        error = error_object(transcript.error_body)
+        param = f" param {error.get('param')}" if error.get("param") else ""
+        return f"HTTP {transcript.status}{param}: {str(error.get('message') or transcript.error_body)[:160]}"
+    reading = read_stream(transcript) if transcript.mode == "stream" else None
+    message = reading.message if reading is not None else response_message(transcript)
+    if message is None:
+        return f"HTTP {transcript.status}, no message"
+    view = message_view(message)
+    parts = []
+    for name in ("reasoning", "content"):
+        if view[name] is not None:
+            parts.append(f"{name} {json.dumps(view[name], ensure_ascii=False)[:80]}")
+    for call in view["tool_calls"]:
+        arguments = next(iter(call["arguments"].values())) if call["arguments"] else None
+        parts.append(f"call {call['name']}({json.dumps(arguments, ensure_ascii=False)[:80]})")
+    parts.append(f"finish {view['finish_reason']}")
+    if reading is not None and transcript.endpoint == "chat" and reading.tool_deltas:
+        shape = stream_shape("chat", reading)
+        parts.append(f"tool calls streamed {shape['tool_call_streaming']} ({sum(shape['tool_call_deltas'])} deltas)")
+    return "; ".join(parts)
+
+
+def _behaviours(by_pair: Sequence[tuple[Pair, list[Difference]]], acknowledged_by: Mapping[int, Any]) -> list[dict]:
+    """One row per case, both modes folded: what each side does (its stream when there is one)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for pair, found in by_pair:
+        features, description = pair.case_info
+        row = rows.setdefault(pair.case_id, {"case_id": pair.case_id, "features": list(features),
+                                             "description": description, "baseline": None, "candidate": None,
+                                             "changed": False, "kinds": [], "acknowledged": True})
+        if pair.mode == "stream" or row["baseline"] is None:
+            for side in SIDES:
+                row[side] = answer_summary(pair.transcripts.get(side))
+        for difference in found:
+            row["changed"] = True
+            if difference.kind not in row["kinds"]:
+                row["kinds"].append(difference.kind)
+            row["acknowledged"] = row["acknowledged"] and id(difference) in acknowledged_by
+    for row in rows.values():
+        row["acknowledged"] = row["acknowledged"] if row["changed"] else None
+    return list(rows.values())

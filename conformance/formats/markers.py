@@ -1,0 +1,58 @@
+"""The template markers checked for leaks: the literal delimiters of a response_template (open/close
+strings, and regexes that are a literal behind optional whitespace), the Qwen3/Hermes ones when the
+template is unknown."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from conformance.formats.tiny_checkpoint import MARKER_TOKENS
+
+
+# Qwen3/Hermes delimiters: the markers checked when the served checkpoint's template is unknown.
+DEFAULT_MARKERS = MARKER_TOKENS
+
+
+def template_markers(response_template: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The delimiters of a response_template: literal open/close strings, plus the literal text of
+    open_pattern/close_pattern regexes that are a literal behind optional whitespace (e.g.
+    `\\s*<tool_call>`); the Qwen3/Hermes defaults when the template is unknown."""
+    if not isinstance(response_template, Mapping):
+        return DEFAULT_MARKERS
+    markers: list[str] = []
+    for spec in (response_template.get("fields") or {}).values():
+        if not isinstance(spec, Mapping):
+            continue
+        for key in ("open", "close", "open_pattern", "close_pattern"):
+            values = spec.get(key)
+            for value in [values] if isinstance(values, str) else values or []:
+                literal = _pattern_literal(value) if key.endswith("_pattern") else value
+                if isinstance(literal, str) and literal.strip() and literal not in markers:
+                    markers.append(literal)
+    return tuple(markers) or DEFAULT_MARKERS
+
+
+_REGEX_METACHARACTERS = set("()[]{}|?*+^$.")
+
+
+def _pattern_literal(pattern: Any) -> str | None:
+    """The literal a regex matches once optional leading/trailing whitespace is set aside, or None."""
+    if not isinstance(pattern, str):
+        return None
+    for affix in ("\\s*", "\\s+", "\\n*", "\\n+"):
+        pattern = pattern.removeprefix(affix).removesuffix(affix)
+    literal, escaped = [], False
+    for char in pattern:
+        if escaped:
+            if char.isalnum():  # \d, \w, \s ...: a character class, not a literal
+                return None
+            literal.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char in _REGEX_METACHARACTERS:
+            return None
+        else:
+            literal.append(char)
+    return "".join(literal) if not escaped else None

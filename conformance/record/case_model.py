@@ -1,0 +1,195 @@
+"""The loaded form of a case (`cases/*.yaml`, cases/README.md): what to send, and what each profile
+must answer. `build_case` makes a `Case` from a case file's entry once `conformance.suite.cases` has checked
+it (tools resolved, descriptions folded, stream overrides merged)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+Mode = Literal["non-stream", "stream"]
+Endpoint = Literal["chat", "responses", "preflight"]
+
+MODES: tuple[Mode, ...] = ("non-stream", "stream")
+PREFLIGHT_MODES: tuple[Mode, ...] = ("non-stream",)  # a preflight is one plain request
+MESSAGE_FIELDS = ("reasoning", "content", "tool_calls")
+
+
+@dataclass(frozen=True)
+class ExpectedToolCall:
+    """One expected call. `arguments` compares as a JSON value; `arguments_raw` as the exact string."""
+
+    name: str
+    arguments: Any = None
+    arguments_raw: str | None = None
+
+    @property
+    def is_raw(self) -> bool:
+        return self.arguments_raw is not None
+
+
+@dataclass(frozen=True)
+class ExpectedMessage:
+    """The complete parsed message. None and "" both mean empty; no tool calls is `()`."""
+
+    reasoning: str | None = None
+    content: str | None = None
+    tool_calls: tuple[ExpectedToolCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExpectedError:
+    """The request must be refused with this HTTP status; `message` is a substring of error.message."""
+
+    status: int
+    param: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class ExpectedPreflight:
+    """The answer to a CORS preflight: HTTP status, response headers by lower-case name (a value
+    must match exactly, None: the header must be absent) and a substring of the body."""
+
+    status: int
+    headers: Mapping[str, str | None] = field(default_factory=dict)
+    body: str | None = None
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What one profile must return: either `error`, or `message` + `finish_reason`, or (endpoint
+    `preflight`) `preflight`; or `skip`, a known reason why the profile cannot run the case (the
+    case is then not sent, and its skip does not count against the run's verdict).
+
+    `stream_overrides` names the fields (of reasoning, content, tool_calls, finish_reason) where the
+    reassembled stream knowingly differs from the non-streaming response; `stream_message` and
+    `stream_finish_reason` are the values expected in streaming mode (equal to the non-streaming
+    ones when not overridden). Use `for_mode(mode)` to get the expectation that applies to a mode.
+    """
+
+    error: ExpectedError | None = None
+    message: ExpectedMessage | None = None
+    finish_reason: str | None = None
+    tool_call_streaming: Literal["whole", "incremental"] | None = None
+    # Figures of the answer's usage object by their path in it ("completion_tokens_details.reasoning_tokens");
+    # None: must be absent or null. Empty: usage is not checked.
+    usage: Mapping[str, int | None] = field(default_factory=dict)
+    stream_overrides: frozenset[str] = frozenset()
+    stream_message: ExpectedMessage | None = None
+    stream_finish_reason: str | None = None
+    preflight: ExpectedPreflight | None = None
+    skip: str | None = None
+
+    def for_mode(self, mode: Mode) -> Expectation:
+        """The expectation in `mode`, with the stream overrides applied for "stream"."""
+        if mode == "non-stream" or self.error is not None or self.skip is not None:
+            return self
+        return replace(self, message=self.stream_message, finish_reason=self.stream_finish_reason)
+
+
+@dataclass(frozen=True)
+class Natural:
+    """Natural mode (no forced output): the tool a capable model is expected to call, if any."""
+
+    expect_tool: str | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case, tools resolved. Treat `request` as read-only (deep-copy it before changing it)."""
+
+    id: str
+    description: str
+    features: tuple[str, ...]
+    references: tuple[str, ...]
+    modes: tuple[Mode, ...]
+    endpoint: Endpoint
+    request: dict[str, Any]
+    force: str | None
+    expect: Mapping[str, Expectation]
+    natural: Natural | None
+    source: Path
+    index: int  # position of the case in its file, from 0
+    line: int  # line of the case in its file, from 1
+    # The tiny checkpoint's variant (conformance.formats.tiny_checkpoint.VARIANTS) the case needs; None: the profile record's.
+    fixture_variant: str | None = None
+
+    def tool_parameters(self) -> dict[str, dict[str, Any]]:
+        """Each request tool's JSON Schema for its arguments, by function name (chat or responses shape)."""
+        result = {}
+        for tool in self.request.get("tools", []):
+            function = tool.get("function", tool)
+            result[function["name"]] = function.get("parameters", {})
+        return result
+
+
+def build_case(raw: dict[str, Any], index: int, tools: Mapping[str, Any], source: Path, line: int) -> Case:
+    endpoint: Endpoint = raw.get("endpoint", "chat")
+    request = copy.deepcopy(raw["request"])
+    if "tools" in request:
+        resolved = [copy.deepcopy(tools[t]) if isinstance(t, str) else t for t in request["tools"]]
+        request["tools"] = [_responses_tool(t) for t in resolved] if endpoint == "responses" else resolved
+    return Case(
+        id=raw["id"],
+        description=" ".join(raw["description"].split()),
+        features=tuple(raw["features"]),
+        references=tuple(raw.get("references", ())),
+        modes=PREFLIGHT_MODES if endpoint == "preflight" else tuple(raw.get("modes", MODES)),
+        endpoint=endpoint,
+        request=request,
+        force=raw.get("force"),
+        expect={profile: build_expectation(e) for profile, e in raw["expect"].items()},
+        natural=Natural(**raw["natural"]) if "natural" in raw else None,
+        source=source,
+        index=index,
+        line=line,
+        fixture_variant=raw.get("fixture_variant"),
+    )
+
+
+def _responses_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A Chat Completions tool object in the flat Responses API shape."""
+    return {"type": "function", **tool["function"]}
+
+
+def build_expectation(raw: Mapping[str, Any]) -> Expectation:
+    if "preflight" in raw:
+        return Expectation(preflight=ExpectedPreflight(**raw["preflight"]))
+    if "error" in raw:
+        return Expectation(error=ExpectedError(**raw["error"]))
+    if "skip" in raw:
+        return Expectation(skip=" ".join(raw["skip"].split()))
+    message = _build_message(raw["message"])
+    overrides = raw.get("stream", {})
+    return Expectation(
+        message=message,
+        finish_reason=raw["finish_reason"],
+        tool_call_streaming=raw.get("tool_call_streaming"),
+        usage=dict(raw.get("usage", {})),
+        stream_overrides=frozenset(overrides),
+        stream_message=_merge(message, overrides),
+        stream_finish_reason=overrides.get("finish_reason", raw["finish_reason"]),
+    )
+
+
+def _merge(message: ExpectedMessage, overrides: Mapping[str, Any]) -> ExpectedMessage:
+    fields = {key: overrides[key] for key in MESSAGE_FIELDS if key in overrides}
+    if "tool_calls" in fields:
+        fields["tool_calls"] = _build_calls(fields["tool_calls"])
+    return replace(message, **fields)
+
+
+def _build_message(raw: Mapping[str, Any]) -> ExpectedMessage:
+    return ExpectedMessage(
+        reasoning=raw.get("reasoning"),
+        content=raw.get("content"),
+        tool_calls=_build_calls(raw.get("tool_calls", [])),
+    )
+
+
+def _build_calls(raw: list[Mapping[str, Any]]) -> tuple[ExpectedToolCall, ...]:
+    return tuple(ExpectedToolCall(**call) for call in raw)

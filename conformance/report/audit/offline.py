@@ -1,0 +1,58 @@
+"""The Markdown of a checkpoint's offline records (round trip, implementations matrix) in the audit
+report; reads the JSON record only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from conformance.util.markdown_text import code_span, visible
+
+SHOWN_CHARS = 400
+
+
+def _code(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return code_span(visible(text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"))
+
+
+def roundtrip_lines(record: dict[str, Any] | None) -> list[str]:
+    if record is None:
+        return []
+    if record["status"] != "ran":
+        return [f"- round trip **{record['status']}**: {record['reason']}"]
+    failures = record["failures"]
+    lines = [f"- round trip: {record['examples']} examples (seed {record['seed']}), "
+             + (f"**{len(failures)} counterexample(s)**" if failures else "no counterexample")]
+    for failure in failures:
+        lines.append(f"  - {failure['code']}: {failure['summary']}")
+        lines.append(f"    - message: {_code(failure['message'])}; tools: {_code([t['function']['name'] for t in failure['tools']])}")
+        if "raw" in failure:
+            lines.append(f"    - raw output: {_code(failure['raw'])}")
+        for key in ("expected", "actual", "chunks"):
+            if key in failure:
+                lines.append(f"    - {key}: {_code(failure[key])}")
+    return lines
+
+
+def implementations_lines(record: dict[str, Any] | None) -> list[str]:
+    if record is None:
+        return []
+    lines = []
+    if record["status"] != "ran":
+        lines.append(f"- implementations **{record['status']}**: {record['reason']}")
+    else:
+        lines.append(f"- implementations ({', '.join(record['implementations'])}): {record['agreeing_inputs']} of "
+                     f"{record['inputs']} inputs agree in both modes; {len(record['disagreements'])} kind(s) of disagreement")
+    lines += [f"  - unavailable {name}: {reason}" for name, reason in record["unavailable"].items()]
+    for entry in record["disagreements"]:
+        note = entry["explained"] or "**undocumented**"
+        lines.append(f"  - {entry['mode']}, {entry['inputs']} input(s) ({note}); shortest, from {entry['input']['origin']}: "
+                     f"{_code(entry['input']['raw'])}")
+        for group in entry["groups"]:
+            lines.append(f"    - {', '.join(group['implementations'])}: {_code(group['answer'])}")
+    return lines
+
+
+def offline_lines(checkpoint: dict[str, Any]) -> list[str]:
+    return roundtrip_lines(checkpoint.get("roundtrip")) + implementations_lines(checkpoint.get("implementations"))

@@ -1,0 +1,230 @@
+"""What a client must do about each difference of a gate: the team's own `client_action` from the
+expectations file when there is one, else advice for the kind of difference, worded from the values
+that classify it (the refused parameter and status, the field, the direction of a change), never from
+the case's payload, so that the same advice for many cases reads as one item of a to-do list."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from conformance.report.gate.view import KIND_TITLES, Code, DifferenceGroup, Segments, Side, code_segments, json_text, shorten
+
+Labels = Mapping[Side, str]
+
+
+def client_action(member: Mapping[str, Any], labels: Labels) -> Segments:
+    ack = member.get("acknowledged") or {}
+    if ack.get("client_action"):
+        return code_segments(shorten(str(ack["client_action"]), 600))
+    return _DEFAULT_ACTIONS.get(str(member.get("kind")), _review)(member, labels)
+
+
+@dataclass
+class ToDo:
+    """One piece of advice and every (row, difference) it answers."""
+
+    acknowledged: bool
+    kind: str
+    action: Segments
+    entries: list[tuple[DifferenceGroup, Mapping[str, Any]]] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return KIND_TITLES.get(self.kind, self.kind)
+
+    @property
+    def rows(self) -> list[DifferenceGroup]:
+        """The (case, mode, kind) rows concerned, each once, in order."""
+        return list({g.anchor: g for g, _ in self.entries}.values())
+
+    @property
+    def features(self) -> list[str]:
+        return sorted({f for g in self.rows for f in g.features})
+
+    def where(self) -> list[tuple[str, str, str]]:
+        """(case id, `stream` / `non-stream` / `both modes`, anchor of its first row) per case concerned."""
+        by_case: dict[str, list[DifferenceGroup]] = {}
+        for row in self.rows:
+            by_case.setdefault(row.case_id, []).append(row)
+        return [(case_id, rows[0].mode if len(rows) == 1 else "both modes", rows[0].anchor)
+                for case_id, rows in by_case.items()]
+
+
+TO_DO_SECTIONS = (
+    (False, "Unacknowledged differences", "Not covered by the expectations file: the gate fails on each."),
+    (True, "Acknowledged differences", "Known and accepted in the expectations file; clients must still do this."),
+)
+MAX_ROWS_LISTED = 12  # cases named per to-do item; the rest are counted
+# To-do items, most breaking first: a refused request breaks a client outright, a usage count rarely.
+KIND_ORDER = {kind: i for i, kind in enumerate(("request_refused", "outcome", "request_accepted", "message",
+                                                 "reasoning_field", "finish_reason", "stream_shape", "client_replay",
+                                                 "usage"))}
+
+
+def to_do_heading(title: str, items: Sequence[ToDo]) -> str:
+    """`title (N): M things to do`, N counting differences as the verdict does."""
+    differences = sum(len(item.entries) for item in items)
+    return f"{title} ({differences}): {len(items)} thing{'s' if len(items) != 1 else ''} to do"
+
+
+def to_do(groups: Sequence[DifferenceGroup], labels: Labels) -> list[ToDo]:
+    """The differences as a to-do list: one item per distinct advice, unacknowledged items first."""
+    items: dict[tuple[Any, ...], ToDo] = {}
+    for group in groups:
+        for member in group.members:
+            action = client_action(member, labels)
+            acknowledged = bool(member.get("acknowledged"))
+            key = (acknowledged, group.kind, tuple((isinstance(s, Code), str(s)) for s in action))
+            items.setdefault(key, ToDo(acknowledged, group.kind, action)).entries.append((group, member))
+    return sorted(items.values(), key=lambda item: (item.acknowledged, KIND_ORDER.get(item.kind, len(KIND_ORDER))))
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _status(value: Any) -> str:
+    return str(value.get("status")) if isinstance(value, Mapping) and value.get("status") is not None else "?"
+
+
+def _sent(member: Mapping[str, Any], param: str) -> Any:
+    request = (member.get("excerpt") or {}).get("request")
+    return request.get(param) if isinstance(request, Mapping) else None
+
+
+def _refused(member: Mapping[str, Any], labels: Labels) -> Segments:
+    answer = member.get("candidate") if isinstance(member.get("candidate"), Mapping) else {}
+    param = str(answer.get("param") or "")
+    sent = _sent(member, param)
+    refusal: Segments = [" is refused by ", Code(labels["candidate"]), " with HTTP ", Code(_status(answer)),
+                         *((" param ", Code(param)) if param else ())]
+    if param == "tool_choice" and sent == "required":
+        advice: Segments = ["send ", Code('tool_choice: "auto"'), "; ", Code('"required"'), *refusal,
+                            ", and a tool call is no longer forced: handle an answer without one"]
+    elif param == "tool_choice" and isinstance(sent, Mapping):
+        advice = ["send ", Code('tool_choice: "auto"'), " and name the tool in the prompt; a named tool choice",
+                  *refusal, ", and the model may then call another tool or none"]
+    elif param == "tools":
+        advice = ["drop ", Code("strict: true"), " from the tool definitions; a strict tool", *refusal,
+                  ", so validate the arguments against the schema yourself"]
+    elif param == "parallel_tool_calls" and sent is False:
+        advice = ["omit ", Code("parallel_tool_calls"), " (or send ", Code("null"), "); ",
+                  Code("parallel_tool_calls: false"), *refusal, ", so keep only the first tool call yourself"]
+    elif param:
+        advice = ["stop sending ", Code(f"{param}: {json_text(sent, 120)}" if sent is not None else param), *refusal]
+    else:
+        advice = ["this request", *refusal]
+    return [*advice, "; openai-python raises ", Code("openai.BadRequestError"), " from ", Code("create()"), "."]
+
+
+def _accepted(member: Mapping[str, Any], labels: Labels) -> Segments:
+    before = member.get("baseline") if isinstance(member.get("baseline"), Mapping) else {}
+    param = before.get("param")
+    what: Segments = ["a request with ", Code(str(param))] if param else ["this request"]
+    return [*what, " is now answered by ", Code(labels["candidate"]), " (HTTP ", Code(_status(member.get("candidate"))),
+            ") where ", Code(labels["baseline"]), " refused it with HTTP ", Code(_status(before)),
+            ": code that relied on the refusal (a fallback, a feature probe) now gets a normal answer."]
+
+
+def _message(member: Mapping[str, Any], labels: Labels) -> Segments:
+    name = str(member.get("field") or "message")
+    base, cand = member.get("baseline"), member.get("candidate")
+    if name.endswith("arguments"):
+        return ["parse each tool call's ", Code("function.arguments"), " as JSON and accept the types of the tool's "
+                "schema: values may arrive cast (", Code('"5"'), " as ", Code("5"), ", a JSON string as the object it "
+                "holds); never compare the raw string."]
+    if name == "tool_calls":
+        fewer = isinstance(base, list) and isinstance(cand, list) and len(cand) < len(base)
+        if fewer:
+            return [Code(labels["candidate"]), " returns fewer tool calls than ", Code(labels["baseline"]), " (it drops "
+                    "calls it cannot parse completely): handle a turn with fewer calls than tool-call regions, and do "
+                    "not expect a call with broken arguments."]
+        return [Code(labels["candidate"]), " returns tool calls ", Code(labels["baseline"]), " did not (or other "
+                "ones): read ", Code("message.tool_calls"), " whatever else the turn holds."]
+    if name in ("content", "reasoning"):
+        other = "reasoning" if name == "content" else "content"
+        if not (_text(base) or "").strip() and (_text(cand) or "") and not _text(cand).strip():
+            return [Code(labels["candidate"]), f" sends whitespace-only {name} where ", Code(labels["baseline"]),
+                    " sent none or other whitespace: treat whitespace-only ", Code(f"message.{name}"), " as empty."]
+        if base is None and cand is not None:
+            return [Code(labels["candidate"]), f" puts text in {name} where ", Code(labels["baseline"]), " had none "
+                    f"(it was {other}, or dropped): show ", Code(f"message.{name}"), " whatever else the turn holds."]
+        if base is not None and cand is None:
+            return [Code(labels["candidate"]), f" sends no {name} where ", Code(labels["baseline"]), f" did (the text "
+                    f"moved to {other}, or was raw markup): do not require ", Code(f"message.{name}"), "."]
+        if name == "reasoning":
+            return ["the reasoning text differs (a tool-call region may stay reasoning text): do not look for tool "
+                    "calls in ", Code("message.reasoning"), ", and do not depend on its exact text."]
+        return ["the content text differs: do not parse tool calls or reasoning out of ", Code("message.content"),
+                " yourself, and do not depend on the exact text."]
+    return ["read ", Code(name), " as ", Code(labels["candidate"]), " gives it (see what changed)."]
+
+
+def _reasoning_field(member: Mapping[str, Any], labels: Labels) -> Segments:
+    base, cand = (shorten(str(member.get(s)), 80) for s in ("baseline", "candidate"))
+    return ["read the reasoning from ", Code(cand), " (", Code(labels["baseline"]), " used ", Code(base),
+            "); reading both keeps a client working with either server."]
+
+
+def _stream_shape(member: Mapping[str, Any], labels: Labels) -> Segments:
+    name = str(member.get("field") or "")
+    if name == "finish_chunk":
+        return ["take ", Code("finish_reason"), " from whichever chunk carries it, and keep reading until ",
+                Code("[DONE]"), ": the chunk that ends the stream differs."]
+    if name == "event_types":
+        return ["handle Responses stream events by their ", Code("type"), ", not by their order or number: ",
+                Code(labels["candidate"]), " sends other events."]
+    return ["accumulate each tool call's ", Code("function.arguments"), " by concatenating the deltas of its ",
+            Code("index"), " and parse them only after ", Code("finish_reason"), "; do not expect the name or the "
+            "arguments in a particular chunk or in a particular number of deltas (", Code(labels["candidate"]),
+            " may send a whole call in one delta)."]
+
+
+def _finish_reason(member: Mapping[str, Any], labels: Labels) -> Segments:
+    base, cand = json_text(member.get("baseline"), 40), json_text(member.get("candidate"), 40)
+    return ["handle ", Code(f"finish_reason: {cand}"), " where ", Code(labels["baseline"]), " sent ", Code(base),
+            "; decide on tool calls from ", Code("message.tool_calls"), ", not from ", Code("finish_reason"), " alone."]
+
+
+def _usage(member: Mapping[str, Any], labels: Labels) -> Segments:
+    return ["do not depend on ", Code(str(member.get("field") or "usage")), ": ", Code(labels["candidate"]),
+            " counts it differently (see what changed)."]
+
+
+def _client_replay(member: Mapping[str, Any], labels: Labels) -> Segments:
+    outcomes = {side: (member.get(side) or {}).get("outcome") if isinstance(member.get(side), Mapping) else None
+                for side in ("baseline", "candidate")}
+    helper: Segments = ["openai-python's stream accumulator (", Code("client.chat.completions.stream()"), ", ",
+                        Code("ChatCompletionStreamState"), ")"]
+    if outcomes == {"baseline": "fail", "candidate": "pass"}:
+        return ["under ", Code(labels["candidate"]), " ", *helper, " rebuilds the same message as the chunks (under ",
+                Code(labels["baseline"]), " it did not): a workaround for that can go."]
+    return ["if you use ", *helper, ", check its final message under ", Code(labels["candidate"]),
+            ": it differs from the message the chunks make (see what changed)."]
+
+
+def _outcome(member: Mapping[str, Any], labels: Labels) -> Segments:
+    base, cand = json_text(member.get("baseline"), 80), json_text(member.get("candidate"), 80)
+    return ["not a client change: the case is ", Code(base), " under ", Code(labels["baseline"]), " and ", Code(cand),
+            " under ", Code(labels["candidate"]), "; read the failed checks in the candidate run's ",
+            Code("report.html"), " before switching."]
+
+
+def _review(member: Mapping[str, Any], labels: Labels) -> Segments:
+    return ["review ", Code(str(member.get("field") or member.get("kind"))), " under ", Code(labels["candidate"]),
+            " (see what changed)."]
+
+
+_DEFAULT_ACTIONS = {
+    "request_refused": _refused,
+    "request_accepted": _accepted,
+    "message": _message,
+    "reasoning_field": _reasoning_field,
+    "stream_shape": _stream_shape,
+    "finish_reason": _finish_reason,
+    "usage": _usage,
+    "client_replay": _client_replay,
+    "outcome": _outcome,
+}

@@ -1,0 +1,90 @@
+"""GitHub Actions annotations from a gate.json: one `::error` per thing clients must do about
+unacknowledged differences (the advice and the case runs it concerns), one when the verdict fails for
+another reason (a case newly failing), one `::warning` per stale expectation. GitHub shows at most 10
+of each per step, so the tenth says how many more.
+
+    python -m conformance.report.gate.annotations reports/gate-X/gate.json
+
+Exit 0 after printing (the gate's own exit code fails the job); 2 when gate.json cannot be read."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from conformance.util import exit_codes
+from conformance.report.gate import actions
+from conformance.report.gate import view
+
+GITHUB_LIMIT = 10  # annotations of one level GitHub keeps per step
+MAX_GATE_BYTES = 256 * 1024 * 1024
+
+
+def _data(text: str) -> str:
+    """A workflow-command message: one line, `%`, CR and LF escaped as GitHub's toolkit does."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _property(text: str) -> str:
+    return _data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _command(level: str, title: str, message: str) -> str:
+    return f"::{level} title={_property(view.printable(title))}::{_data(view.printable(message))}"
+
+
+def _capped(level: str, items: Sequence[tuple[str, str]], what: str) -> list[str]:
+    if len(items) > GITHUB_LIMIT:
+        rest = len(items) - GITHUB_LIMIT + 1
+        items = [*items[: GITHUB_LIMIT - 1], (f"{rest} more {what}", "see the job summary (report.md) or report.html")]
+    return [_command(level, title, message) for title, message in items]
+
+
+def annotations(gate: Mapping[str, Any]) -> list[str]:
+    labels = view.labels(gate)
+    errors = []
+    for item in actions.to_do(view.difference_groups(gate), labels):
+        if item.acknowledged:
+            continue
+        cases = item.where()
+        where = ", ".join(f"{case_id} ({modes})" for case_id, modes, _ in cases[: actions.MAX_ROWS_LISTED])
+        more = f" and {len(cases) - actions.MAX_ROWS_LISTED} more" if len(cases) > actions.MAX_ROWS_LISTED else ""
+        errors.append((f"Unacknowledged: {item.title} ({len(item.entries)} in {len(item.rows)} case runs)",
+                       f"Client action: {''.join(item.action)} Where: {where}{more}."))
+    _, outcome, line = view.verdict(gate)
+    if outcome != "PASS" and not errors:
+        errors.append((f"Gate {outcome.lower()}", line))
+    warnings = [(f"Stale expectation {s.get('source') or ''}".strip(),
+                 f"{s.get('kind')} {view.json_text(s.get('selector'))} no longer differs: {s.get('reason') or ''}")
+                for s in gate.get("stale") or []]
+    return _capped("error", errors, "things to do") + _capped("warning", warnings, "stale expectations")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m conformance.report.gate.annotations GATE_JSON", file=sys.stderr)
+        return exit_codes.ERROR
+    path = Path(args[0])
+    try:
+        if path.stat().st_size > MAX_GATE_BYTES:
+            raise ValueError(f"larger than {MAX_GATE_BYTES} bytes")
+        gate = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(gate, dict):
+            raise ValueError("the top level is not a JSON object")
+        lines = annotations(gate)
+    except json.JSONDecodeError as exc:
+        print(f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}", file=sys.stderr)
+        return exit_codes.ERROR
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError, TypeError) as exc:
+        print(f"{path}: cannot read the gate: {exc}", file=sys.stderr)
+        return exit_codes.ERROR
+    print("\n".join(lines))
+    return exit_codes.OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,30 @@
+"""Every view of a gate written in one go: report.md, report.html (with the chart embedded),
+timing.png and junit.xml, next to the gate's gate.json."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from conformance.report.gate import (
+    chart as gate_chart,
+    html as gate_html,
+    junit as gate_junit,
+    markdown as gate_markdown,
+)
+
+REPORT_FILES = {"markdown": "report.md", "html": "report.html", "chart": "timing.png", "junit": "junit.xml"}
+
+
+def write_gate_reports(out_dir: Path | str, gate: Mapping[str, Any]) -> dict[str, Path]:
+    """Write the four reports of `gate` into `out_dir`; returns their paths by kind."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {kind: out / name for kind, name in REPORT_FILES.items()}
+    chart = gate_chart.render(gate)
+    paths["chart"].write_bytes(chart)
+    paths["markdown"].write_text(gate_markdown.render(gate), encoding="utf-8")
+    paths["html"].write_text(gate_html.render(gate, chart), encoding="utf-8")
+    paths["junit"].write_text(gate_junit.render(gate), encoding="utf-8")
+    return paths

@@ -1,0 +1,481 @@
+"""The one engine behind `conformance run`, `conformance recheck` and the pytest plugin.
+
+`run()` sends every case (both modes unless the case says otherwise, `repeat` times) with bounded
+concurrency, appends each transcript to `transcripts.jsonl` as soon as its request finishes, judges
+a case as soon as all its modes are in and appends the results to `results.jsonl`. `recheck()`
+judges a recorded transcripts file again with no server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import gc
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from conformance.record.case_model import MODES, Case, Mode
+from conformance.run.checks.checks import Check, shape_failure, shape_problems, SkipKind
+from conformance.run.judge import judge
+from conformance.formats.markers import DEFAULT_MARKERS, template_markers
+from conformance.run.driver import (
+    DEFAULT_CONCURRENCY,
+    Target,
+    fetch_server_version,
+    make_clients,
+    request_body,
+    send,
+)
+from conformance.servers.forcing import VERIFIED_ENDPOINTS, ServerTokenizer
+from conformance.servers.profiles import PROFILES, expectation_for, profile_record
+from conformance.util.progress import Progress
+from conformance.record.recording import make_header
+from conformance.report.stamp import make_stamp
+from conformance.record.results import (
+    RESULTS_FILE,
+    CaseResult,
+    Summary,
+    make_result,
+    summarize,
+)
+from conformance.record.transcript import (
+    TRANSCRIPTS_FILE,
+    JsonLinesWriter,
+    Transcript,
+    group_by_key,
+)
+
+
+@dataclass
+class RunOutput:
+    results: list[CaseResult]
+    summary: Summary
+    stamp: dict[str, Any]
+    transcripts: list[Transcript]  # in the order they were recorded (as in transcripts.jsonl)
+
+
+def request_count(cases: Sequence[Case], repeat: int = 1) -> int:
+    """How many requests (and so results) a run of `cases` makes."""
+    return sum(len(case_modes(case)) for case in cases) * repeat
+
+
+def case_modes(case: Case) -> tuple[Mode, ...]:
+    wanted = tuple(case.modes or MODES)
+    return tuple(mode for mode in MODES if mode in wanted)  # non-stream first: the stream is judged against it
+
+
+class CheckpointError(Exception):
+    """A local checkpoint's tokenizer_config.json cannot be read."""
+
+
+def markers_for_checkpoint(checkpoint: Path | None) -> tuple[str, ...]:
+    """The delimiters checked for leaks: from the checkpoint's response_template, else the defaults."""
+    if checkpoint is None:
+        return template_markers(None)
+    from conformance.audit.hub import FetchError, read_tokenizer_config
+
+    try:
+        config = read_tokenizer_config(checkpoint / "tokenizer_config.json")
+    except FetchError as exc:  # it names the file (and line); say which directory
+        raise CheckpointError(f"{checkpoint}/{exc}") from exc
+    return template_markers(config.get("response_template"))
+
+
+def known_profiles(cases: Iterable[Case]) -> set[str]:
+    """Profiles a run can judge: the profile records (conformance.servers.profiles) and every case expectation's."""
+    return set(PROFILES) | {profile for case in cases for profile in case.expect}
+
+
+def implied_skip_kinds(target: Target, natural: bool) -> set[str]:
+    """Skip kinds the run's own choices allow: `--forcing off` skips the forced cases, natural mode
+    counts model misses apart."""
+    return {kind for kind, chosen in (("forcing_off", target.cannot_force_kind == "forcing_off"),
+                                      ("model_miss", natural)) if chosen}
+
+
+def served_variant(target: Target) -> str:
+    """The tiny checkpoint's variant the target serves: as told, else the one its profile record is launched on."""
+    return target.fixture_variant or profile_record(target.profile).fixture_variant
+
+
+def other_variant(case: Case, target: Target) -> NotSent | None:
+    """The skip of a case that needs another checkpoint variant than the target serves (None: it runs).
+    A case naming no variant needs the profile record's."""
+    needed, served = case.fixture_variant or profile_record(target.profile).fixture_variant, served_variant(target)
+    if needed == served:
+        return None
+    return NotSent("other_fixture_variant", f"needs the tiny checkpoint's {needed!r} variant; this run serves {served!r}")
+
+
+def select_cases(cases: Iterable[Case], ids: Sequence[str] = (), features: Sequence[str] = ()) -> list[Case]:
+    """Cases whose id is in `ids` (if given) and that carry one of `features` (if given)."""
+    cases = list(cases)
+    unknown = sorted(set(ids) - {case.id for case in cases})
+    if unknown:
+        raise ValueError(f"unknown case id(s): {', '.join(unknown)}")
+    return [
+        case
+        for case in cases
+        if (not ids or case.id in ids) and (not features or set(features) & set(case.features or ()))
+    ]
+
+
+def judge_group(case: Case, by_mode: dict[str, Transcript], markers: Sequence[str],
+                allowed_skips: Collection[str] = ()) -> list[CaseResult]:
+    """Results for one (case, profile, repeat): each mode judged, the stream against the non-stream;
+    a skip of a kind in `allowed_skips` (or declared by the case) is allowed."""
+    results = []
+    for mode, transcript in sorted(by_mode.items(), key=lambda item: MODES.index(item[0])):
+        companion = by_mode.get("non-stream") if mode == "stream" else None
+        try:
+            checks = judge(case, transcript, companion=companion, markers=markers)
+        except Exception as exc:  # must not stop the run: a malformed answer fails, a bug of ours is an error
+            checks = [_unreadable(transcript, companion, exc)]
+        results.append(make_result(case, transcript, checks, allowed_skips))
+    return results
+
+
+def _unreadable(transcript: Transcript, companion: Transcript | None, exc: Exception) -> Check:
+    """Why judging raised: JSON of the wrong shape (the server's fault, a contract `fail`), else a
+    bug of ours (`error`)."""
+    problems = shape_problems(transcript)
+    if not problems and companion is not None:
+        problems = [f"the non-streaming answer it is compared with: {p}" for p in shape_problems(companion)]
+    if problems:
+        return shape_failure(problems)
+    return Check("judge", "error", reason=f"internal error while judging: {type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True)
+class NotSent:
+    """Why a request is not sent: a skip of `kind`, or (kind None) an error."""
+
+    kind: SkipKind | None
+    reason: str
+
+
+async def _forcing_for(case: Case, target: Target, natural: bool,
+                       tokenizer: Callable[[], Any]) -> tuple[dict[str, Any] | None, NotSent | None]:
+    """(extra body fields that force the case's output, or None; why it is not sent, or None).
+    `tokenizer()` is the run's tokenizer of the profile's forcing method."""
+    expectation = expectation_for(case, target.profile)
+    if expectation is not None and expectation.skip is not None:
+        return None, NotSent("declared", f"declared: {expectation.skip}")
+    if (elsewhere := other_variant(case, target)) is not None:
+        return None, elsewhere
+    if natural or case.force is None:  # natural mode, or an unforced case (cases/README.md)
+        return None, None
+    if target.can_force is False:
+        reason = f"server {target.shown_url} cannot force outputs: {target.cannot_force_reason or 'as told'}"
+        return None, NotSent(target.cannot_force_kind, reason)
+    from conformance.servers.forcing import ForcingUnsupported, TokensUnavailable
+
+    method = profile_record(target.profile).forcing
+    try:  # a method that names tokens asks its tokenizer (a server's, a checkpoint's): within --timeout
+        async with asyncio.timeout(target.timeout):
+            forcing = await method.request_fields(case.force, case.request, tokenizer)
+    except (ForcingUnsupported, ValueError) as exc:
+        return None, NotSent("unforceable_output", f"cannot force this output: {exc}")
+    except (TokensUnavailable, TimeoutError) as exc:
+        detail = str(exc) or f"no answer within {target.timeout:g}s"
+        return None, NotSent(None, f"not sent: the tokenizer did not give the forced output's tokens: "
+                                   f"{target.redact(detail)}")
+    except OSError as exc:  # a tokenizer that cannot be loaded
+        return None, NotSent(None, f"not sent: the forcing method's tokenizer cannot be loaded: {exc}")
+    return forcing, NotSent(None, target.forcing_error) if target.forcing_error else None
+
+
+async def resolve_forcing(target: Target, cases: Sequence[Case], natural: bool) -> Target:
+    """Settle `target.can_force` once per run: when unknown (None) and some case is forced, one small
+    forced request tells whether the server honours forced outputs with canonical tokens. A probe
+    that cannot tell (an HTTP error about the setup, no answer, an answer that is not JSON) sets
+    `forcing_error`: the forced cases are then errors, never skips nor assumed to be forced."""
+    if target.can_force is not None or natural or all(case.force is None for case in cases):
+        return target
+    from conformance.servers.forcing import ForcingUnsupported, ServerRefused
+
+    method = profile_record(target.profile).forcing
+    try:  # the probe and its verification, within --timeout
+        async with asyncio.timeout(target.timeout):
+            await method.probe(target.root_url, target.model, target.timeout, target.api_key)
+    except ForcingUnsupported as exc:
+        return replace(target, can_force=False, cannot_force_reason=target.redact(str(exc)))
+    except (ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError) as exc:
+        return replace(target, forcing_error="not sent: the forcing probe cannot tell whether the server forces "
+                       f"outputs: {target.redact(_probe_failure(exc, target.timeout))}")
+    return replace(target, can_force=True)
+
+
+def _probe_failure(exc: BaseException, timeout: float) -> str:
+    """What went wrong with the forcing probe, in the words of the server where it answered."""
+    import urllib.error
+
+    from conformance.servers.forcing import ServerRefused
+
+    if isinstance(exc, (ServerRefused, ValueError)):
+        return str(exc)
+    if isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError):
+        return f"timeout: no answer within {timeout:g}s"
+    if isinstance(exc, urllib.error.URLError):
+        return f"connection failed: {exc.reason}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def verify_forcing(tokenizer: ServerTokenizer, case: Case, transcript: Transcript,
+                         markers: Sequence[str]) -> list[str] | None:
+    """Problems with a forced output that came back (see `conformance.servers.forcing.verify_forced_output`),
+    checking through the server's `tokenizer` (a `ServerTokenizer`, one per run) that each of `markers`
+    in the text was emitted as its single token; None when it cannot be verified (no token ids, no
+    tokenizer endpoints, an unreachable server, answers of another shape)."""
+    from conformance.record.wire import read_stream, response_message
+    from conformance.servers.forcing import (
+        ForcingUnsupported,
+        ServerRefused,
+        token_ids_of,
+        token_ids_of_stream,
+        verify_forced_output,
+    )
+
+    try:  # an answer of the wrong shape cannot be verified; judging reports it as a `response_shape` fail
+        if transcript.mode == "stream":
+            reading = read_stream(transcript)
+            token_ids, message = token_ids_of_stream(reading.chunks), reading.message
+        else:
+            token_ids, message = token_ids_of(transcript.response or {}), response_message(transcript)
+        # Non-streaming answers report `tool_calls`, not `length`, for a call parsed from a cut output
+        # (contract 3.5), so a cut is also told by the token count reaching the request's limit.
+        limit = transcript.request.get("max_completion_tokens") or transcript.request.get("max_tokens")
+        truncated = (message is not None and message.finish_reason == "length") or bool(
+            limit and token_ids and len(token_ids) >= limit)
+        return await verify_forced_output(tokenizer, case.force, token_ids, markers, truncated=truncated)
+    except (ForcingUnsupported, ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError):
+        return None
+
+
+Verified = TypeVar("Verified")
+
+
+async def _verify_within(timeout: float, verify: Awaitable[Verified]) -> Verified | None:
+    """`verify` (a forcing method's checks of a forced answer, with their requests to its tokenizer:
+    vLLM's /tokenize and /detokenize) within `timeout` (None: no answer in time, unverified)."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await verify
+    except TimeoutError:
+        return None
+
+
+def _not_sent(case: Case, target: Target, mode: Mode, repeat: int, why: NotSent,
+              forcing: dict[str, Any] | None) -> Transcript:
+    """The transcript of a request not sent: a skip, or an error recorded with the request it stands for."""
+    if why.kind is not None:
+        return Transcript(case.id, mode, target.profile, case.endpoint, target.stamp(), {}, repeat=repeat,
+                          skip_reason=why.reason, skip_kind=why.kind)
+    return Transcript(case.id, mode, target.profile, case.endpoint, target.stamp(),
+                      request_body(case, mode, target.model, forcing), forced=forcing is not None, repeat=repeat,
+                      transport_error=why.reason)
+
+
+def _progress_line(result: CaseResult) -> str:
+    """One result as a log line: profile, case[mode], outcome, and why when it is not a pass."""
+    reason = f" ({result.reason[:120]})" if result.reason and result.outcome != "pass" else ""
+    return f"{result.profile} {result.name}: {result.outcome}{reason}"
+
+
+async def run_async(
+    cases: Sequence[Case],
+    target: Target,
+    out_dir: Path | None,
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    repeat: int = 1,
+    natural: bool = False,
+    markers: Sequence[str] = DEFAULT_MARKERS,
+    progress: bool = False,
+    allowed_skips: Collection[str] = (),
+) -> RunOutput:
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    allowed_skips = frozenset(allowed_skips) | implied_skip_kinds(target, natural)
+    async with make_clients(target) as clients:
+        if target.version is None:
+            record = profile_record(target.profile)
+            target = replace(target, version=await fetch_server_version(
+                clients, target, record.version_probe, record.runtime))
+        target = await resolve_forcing(target, cases, natural)
+        writers = None
+        if out_dir is not None:
+            writers = (JsonLinesWriter(out_dir / TRANSCRIPTS_FILE), JsonLinesWriter(out_dir / RESULTS_FILE))
+            header = make_header("transcripts", cases=cases, markers=markers, server=asdict(target.stamp()),
+                                 created_at=started)
+            for writer, file in zip(writers, ("transcripts", "results")):
+                writer.write({**header, "file": file})  # one header made: its case digest is the costly part
+        semaphore = asyncio.Semaphore(max(1, concurrency))
+        results: list[CaseResult] = []
+        transcripts: list[Transcript] = []
+        bar = Progress(request_count(cases, repeat), "conformance") if progress else None
+        method = profile_record(target.profile).forcing
+        # one per run, made at the first forced answer (a profile that cannot force has none)
+        tokenizer = functools.cache(lambda: method.tokenizer(target.root_url, target.model, target.api_key,
+                                                             target.timeout))
+
+        async def one_request(case: Case, mode: Mode, repeat_index: int, forcing: dict[str, Any] | None,
+                              not_sent: NotSent | None) -> Transcript:
+            """Send (in a slot), verify a forced answer (the slot freed: its requests to the tokenizer
+            need none, and holding it left fewer streams in flight, which cost CPU), then record the
+            transcript at once: a run that is interrupted or killed keeps every answer that came back."""
+            if not_sent:
+                transcript = _not_sent(case, target, mode, repeat_index, not_sent, forcing)
+            else:
+                async with semaphore:
+                    transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
+                                            repeat=repeat_index)
+                if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
+                    # tokenizer(): a server's is made here, without I/O; a checkpoint's by request_fields, in a thread
+                    transcript.forcing_problems = await _verify_within(
+                        target.timeout, method.verify(tokenizer(), case, transcript, markers))
+            transcripts.append(transcript)
+            if writers:
+                writers[0].write(transcript.to_dict())
+            return transcript
+
+        async def one_case(case: Case, repeat_index: int) -> None:
+            modes = case_modes(case)
+            forcing, not_sent = await _forcing_for(case, target, natural, tokenizer)  # the same for every mode
+            recorded = await asyncio.gather(*(one_request(case, mode, repeat_index, forcing, not_sent)
+                                              for mode in modes))
+            judged = judge_group(case, dict(zip(modes, recorded)), markers, allowed_skips)
+            results.extend(judged)
+            if writers:
+                writers[1].write_all(result.to_dict() for result in judged)  # one flush for the case's modes
+            if bar is not None:
+                for result in judged:
+                    bar.advance(f"{result.name} {result.outcome}", _progress_line(result))
+
+        tasks = [asyncio.ensure_future(one_case(case, r)) for r in range(repeat) for case in cases]
+        try:
+            await asyncio.gather(*tasks)
+        finally:  # on a failure (say, a full disk), stop the other requests before closing what they write to
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if bar is not None:
+                bar.close()
+            if tokenizer.cache_info().currsize:  # made at the first forced answer
+                tokenizer().close()
+            if writers:
+                for writer in writers:
+                    writer.close()
+    stamp = make_stamp(target.stamp().__dict__, recorded_at=started)
+    return RunOutput(results, summarize(results), stamp, transcripts)
+
+
+# Allocations between two young-generation collections while a run lasts (CPython's default: 700).
+# Judging builds and drops SDK objects by the thousand: at 700 the collector ran about thirty times
+# per run of the default set and its middle generation twice, at 5000 four times and never.
+RUN_YOUNG_THRESHOLD = 5000
+
+
+@contextlib.contextmanager
+def collector_tuned_for_a_run() -> Iterator[None]:
+    """Keep what existed before the run (imported modules, SDK classes: most of the heap) out of the
+    cyclic garbage collector's full collections while the run lasts (one full pass over that heap
+    cost about 0.16 s of CPU, every other run of the default set), and collect the young generation
+    less often (RUN_YOUNG_THRESHOLD). Both are handed back after: `gc.unfreeze`, the thresholds."""
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    if thresholds[0]:  # 0: the caller turned automatic collection off; it stays off
+        gc.set_threshold(max(thresholds[0], RUN_YOUNG_THRESHOLD), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
+def run(cases: Sequence[Case], target: Target, out_dir: Path | None, **options: Any) -> RunOutput:
+    """Synchronous entry point (see `run_async` for the options)."""
+    outputs: list[RunOutput] = []
+
+    async def main() -> None:  # not returned by the task: asyncio.run (3.11) formats a whole repr of it
+        outputs.append(await run_async(cases, target, out_dir, **options))
+
+    with collector_tuned_for_a_run():
+        asyncio.run(main())
+    return outputs[0]
+
+
+def recheck(
+    transcripts: Sequence[Transcript],
+    cases: Sequence[Case],
+    *,
+    markers: Sequence[str] = DEFAULT_MARKERS,
+    allowed_skips: Collection[str] = (),
+) -> list[CaseResult]:
+    """Judge recorded transcripts again with the given case definitions; no server involved.
+    A transcript whose case is no longer defined, or whose recorded request is not what the case
+    asks for today (its request or forced output changed since), gets an `error` result saying so."""
+    by_id = {case.id: case for case in cases}
+    # the recorded run's own choices: `forcing_off` skips exist only under --forcing off
+    allowed_skips = {*allowed_skips, "forcing_off", *(["model_miss"] if any(t.natural for t in transcripts) else [])}
+    results: list[CaseResult] = []
+    for (case_id, profile, repeat), by_mode in group_by_key(transcripts).items():
+        case = by_id.get(case_id)
+        stale = {mode: _recording_mismatch(case, t) for mode, t in by_mode.items()}
+        for mode, reason in stale.items():
+            if reason:
+                check = Check("recording", "error", reason=reason)
+                results.append(CaseResult(case_id, mode, profile, "error", reason, repeat, checks=[check]))
+        current = {mode: t for mode, t in by_mode.items() if not stale[mode]}
+        if current:
+            results.extend(judge_group(case, current, markers, allowed_skips))
+    return results
+
+
+def _recording_mismatch(case: Case | None, transcript: Transcript) -> str | None:
+    """Why a recorded transcript cannot be judged against `case` (None: it can)."""
+    if case is None:
+        return f"case {transcript.case_id!r} is not in the case set"
+    if transcript.skip_reason:
+        return None
+    if transcript.forced and case.force is None:
+        return f"case {case.id!r} no longer forces an output; it was recorded with one"
+    if not (transcript.forced or transcript.natural) and case.force is not None:
+        return f"case {case.id!r} now forces an output; it was recorded without one"
+    method = profile_record(transcript.profile).forcing
+    # The forcing fields are the recorded ones (a method naming tokens needs the server to make
+    # them): the forced text read back from them must be the case's, the rest of the body today's.
+    forcing = {key: transcript.request[key] for key in method.request_keys if key in transcript.request}
+    changed_force = transcript.forced and method.forced_text(transcript.request) != case.force
+    wanted = request_body(case, transcript.mode, transcript.request.get("model", ""),
+                          forcing if transcript.forced else None)
+    differing = sorted(
+        key for key in wanted.keys() | transcript.request.keys() if wanted.get(key) != transcript.request.get(key)
+    ) + (["the forced output"] if changed_force else [])
+    if differing:
+        return f"case {case.id!r} changed since it was recorded: the request differs in {', '.join(differing)}"
+    return None
+
+
+REPORT_FILES = {"markdown": "report.md", "junit": "junit.xml", "html": "report.html"}
+
+
+def write_reports(out_dir: Path, results: Sequence[CaseResult], stamp: dict[str, Any],
+                  transcripts: Sequence[Transcript] = ()) -> dict[str, Path]:
+    """Render every report of one run into `out_dir` (results.jsonl is written while running);
+    returns {kind: path}."""
+    from conformance.report.run import html, junit, markdown
+    from conformance.report.run.jsonl import RUN_FILE, write_run_summary
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {kind: out_dir / name for kind, name in REPORT_FILES.items()}
+    # backslashreplace: a lone surrogate a server sent is shown as its escape, not a crash of the writer
+    paths["markdown"].write_text(markdown.render(results, stamp), "utf-8", "backslashreplace")
+    paths["junit"].write_text(junit.render(results, stamp, transcripts), "utf-8", "backslashreplace")
+    paths["html"].write_text(html.render(results, stamp, transcripts), "utf-8", "backslashreplace")
+    paths["run"] = out_dir / RUN_FILE
+    write_run_summary(paths["run"], stamp, summarize(results))
+    return paths

@@ -1,0 +1,167 @@
+"""A live gate: both sides' servers (launched together, or attached by URL), the same cases sent to both
+at once, each side recorded as an ordinary run directory, plus a CORS preflight from a browser origin.
+
+`GateSide` says where one side is: a profile launched on a checkpoint (the tiny one by default), or
+a URL with the model name and the profile whose expectations apply. `run_gate_sides` starts what
+needs starting (every server at once: vLLM's start-up dominates), runs both case sets concurrently
+through the one engine, and stops every server it started, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conformance.record.case_model import PREFLIGHT_MODES, Case
+from conformance.run.driver import Target, make_clients, send
+from conformance.run.engine import RunOutput, markers_for_checkpoint, run_async, write_reports
+from conformance.compare.gate import Recording
+
+DEFAULT_ORIGIN = "http://localhost:3000"
+
+
+@dataclass(frozen=True)
+class GateSide:
+    name: str  # "baseline" | "candidate"
+    profile: str  # whose expectations apply (and, when launched, which server flags)
+    base_url: str | None = None  # attach to this server instead of launching one
+    model: str | None = None  # the served model name (attached servers)
+    checkpoint: Path | str | None = None  # what a launched side serves: a directory or a Hub repo id
+    checkpoint_revision: str | None = None  # stamped on a launched side's run
+    fixture_variant: str | None = None  # the tiny checkpoint's variant it serves (None: its profile record's)
+
+
+@dataclass
+class SideRun:
+    side: GateSide
+    target: Target
+    markers: tuple[str, ...]
+    startup_seconds: float | None = None  # None: attached, not launched
+    output: RunOutput | None = None
+
+
+@contextlib.contextmanager
+def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeout: float,
+                forcing: dict[str, Any], meanwhile: Callable[[], None] | None = None
+                ) -> Iterator[tuple[list[SideRun], Callable[[], None]]]:
+    """(a Target per side, `release`); launched servers all start at once. `release()` starts stopping
+    them all in the background (the caller writes its reports meanwhile); leaving waits until every
+    one is stopped, released or not. `meanwhile` runs while the servers boot (say, imports for later)."""
+    from conformance.servers.launch import ServerStartError, start
+
+    launched: dict[str, Any] = {}
+    for side in sides:
+        if side.base_url is not None:
+            continue
+        try:
+            launched[side.name] = start(side.profile, side.checkpoint, log_dir=out_dir / side.name)
+        except BaseException as exc:  # a later side's set-up failed: the servers already started go too
+            for process in launched.values():
+                process.stop()
+            if isinstance(exc, ServerStartError):
+                raise GateSetupError(f"could not start the {side.name} server: {exc}") from exc
+            raise
+    stopper = ThreadPoolExecutor(max(1, len(launched)))  # all at once: each waits for its engine to shut down
+    stops: list[Any] = []
+
+    def release() -> None:
+        if not stops:
+            stops.extend(stopper.submit(process.stop) for process in launched.values())
+
+    try:
+        with ThreadPoolExecutor(max(1, len(launched))) as pool:
+            waits = {name: pool.submit(process.wait_until_healthy) for name, process in launched.items()}
+            if meanwhile is not None and launched:
+                meanwhile()
+            servers = {}
+            for name, wait in waits.items():
+                try:
+                    servers[name] = wait.result()
+                except ServerStartError as exc:
+                    raise GateSetupError(f"could not start the {name} server: {exc}") from exc
+                print(f"{name}: {servers[name].profile.server_name} {servers[name].version} "
+                      f"({servers[name].profile.name}) healthy after "
+                      f"{servers[name].startup_seconds:.1f} s", file=sys.stderr)
+        runs = []
+        for side in sides:
+            server = servers.get(side.name)
+            target = Target(
+                base_url=server.base_url if server else side.base_url, model=server.model if server else side.model,
+                profile=side.profile, api_key=api_key, timeout=timeout, **forcing,
+                version=server.version if server else None, args=tuple(server.args) if server else (),
+                checkpoint_revision=side.checkpoint_revision if server else None,
+                build=server.build_note if server else None, fixture_variant=side.fixture_variant,
+            )  # fmt: skip
+            local = server is not None and side.checkpoint is not None and Path(side.checkpoint).is_dir()  # else a repo id
+            runs.append(SideRun(side, target, markers_for_checkpoint(Path(side.checkpoint) if local else None),
+                                round(server.startup_seconds, 1) if server else None))
+        yield runs, release
+    finally:
+        release()
+        for stopping in stops:
+            stopping.result()
+        stopper.shutdown()
+
+
+class GateSetupError(Exception):
+    """A side's server could not be started or reached."""
+
+
+async def _run_both(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Path, concurrency: int,
+                    origin: str) -> dict[str, Any]:
+    outputs = await asyncio.gather(*(
+        run_async(cases, run.target, out_dir / run.side.name, concurrency=concurrency, markers=run.markers,
+                  progress=index == 0)  # one progress display: both sides advance together
+        for index, run in enumerate(runs)
+    ))  # fmt: skip
+    for run, output in zip(runs, outputs):
+        run.output = output
+    preflights = await asyncio.gather(*(send_preflight(run.target, origin) for run in runs))
+    return {"origin": origin, "path": "/v1/chat/completions",
+            **{run.side.name: preflight for run, preflight in zip(runs, preflights)}}
+
+
+def run_gate_sides(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Path, *, concurrency: int,
+                   origin: str) -> tuple[list[Recording], dict[str, Any]]:
+    """Run the cases on every side at once; (recordings, CORS section)."""
+    cors = asyncio.run(_run_both(runs, cases, out_dir, concurrency, origin))
+    recordings = []
+    for run in runs:
+        assert run.output is not None
+        recordings.append(Recording(run.side.profile, run.output.transcripts, run.output.results, run.output.stamp,
+                                    run.side.name, run.startup_seconds))
+    return recordings, cors
+
+
+def write_side_reports(out_dir: Path, recordings: Sequence[Recording]) -> None:
+    """Each side's own run reports (report.md, junit.xml, report.html, run.json) in its directory."""
+    for recording in recordings:
+        write_reports(out_dir / str(recording.run_dir), recording.results, recording.stamp, recording.transcripts)
+
+
+def preflight_case(origin: str) -> Case:
+    """The CORS preflight a browser app at `origin` sends before a streaming chat call."""
+    return Case(id="gate-cors-preflight", description=f"CORS preflight from {origin}", features=("cors",),
+                references=(), modes=PREFLIGHT_MODES, endpoint="preflight",
+                request={"origin": origin, "method": "POST", "headers": ["authorization", "content-type"]},
+                force=None, expect={}, natural=None, source=Path("<gate>"), index=0, line=0)
+
+
+async def send_preflight(target: Target, origin: str) -> dict[str, Any]:
+    """Status, the CORS headers and the body a browser at `origin` gets from `target`."""
+    async with make_clients(target) as clients:
+        transcript = await send(clients, target, preflight_case(origin), "non-stream", forcing=None)
+    if transcript.transport_error or transcript.response is None:
+        return {"status": None, "headers": {}, "body": transcript.transport_error or "no answer"}
+    headers = transcript.response.get("headers") or {}
+    return {"status": transcript.status,
+            "headers": {name: headers.get(name) for name in ("access-control-allow-origin",
+                                                             "access-control-allow-methods",
+                                                             "access-control-allow-headers", "vary")},
+            "body": str(transcript.response.get("body") or "")[:300]}
