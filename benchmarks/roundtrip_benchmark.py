@@ -18,8 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from conformance.audit.roundtrip.roundtrip import run_roundtrip  # noqa: E402
 from roundtrip_helpers import corrected_subject, tiny_subject  # noqa: E402
+
+from conformance.audit.roundtrip.roundtrip import run_roundtrip  # noqa: E402
 
 GOAL_PER_SECOND = 200
 

@@ -55,8 +55,8 @@ GOAL_VS_SENDING = 1.5  # tool CPU / the tool's sending alone, at most
 
 @contextlib.contextmanager
 def server_target(args: argparse.Namespace, work: Path) -> Iterator[tuple[Any, tuple[str, ...]]]:
+    from conformance.formats.markers import markers_for_checkpoint
     from conformance.run.driver import Target
-    from conformance.run.engine import markers_for_checkpoint
 
     if args.base_url:
         yield Target(base_url=args.base_url, model=args.model, profile=args.profile), markers_for_checkpoint(None)
@@ -82,7 +82,8 @@ def measure(work: Any) -> tuple[Any, float, float]:
 
 
 def tool_run(cases: Sequence[Any], target: Any, markers: Sequence[str], out: Path, concurrency: int) -> Any:
-    from conformance.run.engine import run, write_reports
+    from conformance.report.run.write import write_reports
+    from conformance.run.engine import run
 
     output = run(cases, target, out, concurrency=concurrency, markers=markers)
     write_reports(out, output.results, output.stamp, output.transcripts)

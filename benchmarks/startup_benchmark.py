@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from conformance.formats.tiny_checkpoint import build_fixture
-from conformance.servers.profiles import PROFILES
 from conformance.servers.launch import start
+from conformance.servers.profiles import PROFILES
 
 
 def measure(profiles: list[str], model: Path, log_dir: Path) -> dict[str, float]:

@@ -29,8 +29,14 @@ from typing import Any
 import pytest
 
 from conformance.record.case_model import Case, Mode
-from conformance.run.checks.checks import SKIP_KINDS
-from conformance.run.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
+from conformance.record.outcomes import SKIP_KINDS
+from conformance.run.driver import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_TIMEOUT,
+    FORCING_CHOICES,
+    FORCING_HELP,
+    forcing_fields,
+)
 
 _STATE = pytest.StashKey[dict[str, Any]]()
 SUITE_NAME = "conformance"  # the node id prefix of every item
@@ -62,8 +68,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("conformance_base_url"):
         return
+    from conformance.formats.markers import CheckpointError, markers_for_checkpoint
+    from conformance.run.engine import known_profiles
     from conformance.suite.cases import CaseFileError, load_features, load_suite
-    from conformance.run.engine import CheckpointError, known_profiles, markers_for_checkpoint
 
     if not (config.getoption("conformance_model") and config.getoption("conformance_profile")):
         raise pytest.UsageError("--conformance-base-url needs --conformance-model and --conformance-profile")
@@ -261,8 +268,9 @@ def _share(selected: list[Any], index: int, count: int) -> list[Any]:
 
 def _run_share(config: pytest.Config, state: dict[str, Any]) -> None:
     """Send this process's share and keep the results; a worker leaves them, and a done mark, for the others."""
+    from conformance.report.run.write import write_reports
     from conformance.run.driver import Target
-    from conformance.run.engine import run, write_reports
+    from conformance.run.engine import run
 
     option = config.getoption
     worker = _worker(config)
@@ -311,9 +319,10 @@ def _result(item: ConformanceItem) -> Any:
 
 
 def _read_share(item: ConformanceItem, state: dict[str, Any], worker: tuple[int, int, Path]) -> None:
-    from conformance.run.engine import request_count
+    from conformance.record.recording import read_transcripts
     from conformance.record.results import RESULTS_FILE, read_results
-    from conformance.record.transcript import TRANSCRIPTS_FILE, read_transcripts
+    from conformance.record.transcript import TRANSCRIPTS_FILE
+    from conformance.run.engine import request_count
 
     _, count, share_dir = worker
     owner_index = [case.id for case in state["selected"]].index(item.case.id) % count
@@ -368,12 +377,17 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 def _write_merged_reports(config: pytest.Config, share_dir: Path) -> None:
     """The reports of an xdist run: every worker's share put together into --conformance-out."""
-    from conformance.run.engine import write_reports
-    from conformance.record.recording import RecordingFile, make_header, read_header
-    from conformance.report.run.jsonl import write_results
-    from conformance.report.stamp import stamp_of_recording
+    from conformance.record.recording import (
+        RecordingFile,
+        make_header,
+        read_header,
+        read_transcripts,
+    )
     from conformance.record.results import RESULTS_FILE, read_results
-    from conformance.record.transcript import TRANSCRIPTS_FILE, JsonLinesWriter, read_transcripts
+    from conformance.record.run_dir import write_results
+    from conformance.record.stamp import stamp_of_recording
+    from conformance.record.transcript import TRANSCRIPTS_FILE, JsonLinesWriter
+    from conformance.report.run.write import write_reports
 
     out_dir = config.getoption("conformance_out")
     shares = sorted(path for path in share_dir.glob("gw*") if (path / RESULTS_FILE).is_file())

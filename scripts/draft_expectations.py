@@ -31,11 +31,13 @@ from typing import Any
 
 import yaml
 
+from conformance.formats.markers import markers_for_checkpoint
 from conformance.record.case_model import build_expectation
-from conformance.suite.cases import CaseFileError, load_suite
-from conformance.run.engine import judge_group, markers_for_checkpoint
-from conformance.record.transcript import Transcript, TranscriptError, group_by_key, read_transcripts
+from conformance.record.recording import read_transcripts
+from conformance.record.transcript import Transcript, TranscriptError, group_by_key
 from conformance.record.wire import Message, error_object, read_stream, response_message
+from conformance.run.engine import judge_group
+from conformance.suite.cases import CaseFileError, load_suite
 
 PREFLIGHT_HEADER = "access-control-allow-origin"
 

@@ -6,9 +6,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from engine_helpers import (
+    STAMP,
+    error_transcript,
+    response_transcript,
+    stream_transcript,
+)
+
 from conformance.record.recording import make_header
 from conformance.record.transcript import JsonLinesWriter, Transcript
-from engine_helpers import STAMP, error_transcript, response_transcript, stream_transcript
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather.",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from conformance.formats.tiny_checkpoint import build_fixture
-from conformance.servers.profiles import PROFILES
 from conformance.servers.launch import Server
+from conformance.servers.profiles import PROFILES
 from tests.server_pool import ServerKey, ServerPool
 
 CLOSER_VARIANT = "closer-ends-with-anchor"

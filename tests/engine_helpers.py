@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from conformance.record.case_model import Case
-from conformance.suite.cases import load_suite
-from conformance.servers.profiles import expectation_for, profile_record
 from conformance.record.transcript import ServerStamp, SseLine, Transcript
+from conformance.servers.profiles import expectation_for, profile_record
+from conformance.suite.cases import load_suite
 
 WEATHER_TOOL = """\
 tools:

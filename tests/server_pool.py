@@ -11,8 +11,15 @@ from typing import TypeVar
 import pytest
 
 from conformance.formats.tiny_checkpoint import build_fixture
+from conformance.servers.launch import (
+    Server,
+    ServerProcess,
+    ServerStartError,
+    descendant_pids,
+    pid_alive,
+    start,
+)
 from conformance.servers.profiles import Profile
-from conformance.servers.launch import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
 
 ServerKey = tuple[str, str]  # (profile, fixture variant)
 # What one pooled server takes (measured: seven at once 14.7 GB above the idle machine, 2.1 GB each).

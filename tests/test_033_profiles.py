@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from conformance.suite.cases import load_suite
 from conformance.run.driver import Target
 from conformance.run.engine import run
 from conformance.servers.forcing import forcing_extra_body
+from conformance.servers.launch import Server
 from conformance.servers.profiles import RegexForcing
 from conformance.servers.runtimes.vllm_033 import rust_frontend_binary
-from conformance.servers.launch import Server
+from conformance.suite.cases import load_suite
 
 FORCED = '<think>\nplan\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 

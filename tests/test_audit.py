@@ -13,14 +13,15 @@ import jsonschema
 import pytest
 
 from conformance import __version__
-from conformance.util import exit_codes
 from conformance.audit import hub
 from conformance.audit.checkpoint_audit import audit_checkpoints, audit_local
 from conformance.audit.checkpoint_list import CheckpointEntry
-from conformance.util.package_paths import load_schema
 from conformance.audit.hub import HubSettings
+from conformance.audit.template_worker import predict_vllm_startup
+from conformance.formats import checkpoint_files
 from conformance.report.audit.report import AuditReportWriter
-from conformance.audit.template_rules import predict_vllm_startup
+from conformance.util import exit_codes
+from conformance.util.package_paths import load_schema
 from tests import hub_server
 from tests.audit_helpers import GEMMA4, fixture_tokenizer_configs, serve_fixtures
 from tests.hub_server import HubServer
@@ -92,7 +93,7 @@ def test_an_unreadable_file_is_a_status_naming_it(tmp_path: Path) -> None:
     (tmp_path / "tokenizer_config.json").mkdir()  # exists, but reading it fails (even for root)
     with pytest.raises(hub.FetchError) as raised:
         hub.read_tokenizer_config(tmp_path / "tokenizer_config.json")
-    assert raised.value.kind == hub.UNREADABLE
+    assert raised.value.kind == checkpoint_files.UNREADABLE
     assert str(raised.value) == "tokenizer_config.json: cannot read: Is a directory"
 
 

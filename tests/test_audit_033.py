@@ -12,13 +12,13 @@ from pathlib import Path
 
 import jsonschema
 
-from conformance.util import exit_codes
 from conformance.audit.checkpoint_audit import audit_local
-from conformance.util.package_paths import load_schema
+from conformance.audit.template_rules import StartupVerdict
 from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.report.audit.report import build_report, render_markdown
+from conformance.util import exit_codes
 from conformance.util.markdown_text import code_span
-from conformance.audit.template_rules import StartupVerdict
+from conformance.util.package_paths import load_schema
 
 # vLLM 0.33's texts for a checkpoint without a response_template (as its own functions and its real
 # server give them: the vllm-tier tests above).

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import jsonschema
 
-from conformance.util.package_paths import load_schema
 from conformance.formats.tiny_checkpoint import build_fixture
+from conformance.util.package_paths import load_schema
 
 
 def audit(cwd: Path, *args: str) -> subprocess.CompletedProcess:

@@ -4,20 +4,20 @@ a terminal, lines otherwise), and the table fits 80 columns (fast tier)."""
 from __future__ import annotations
 
 import json
-from collections import Counter
 import os
 import subprocess
 import sys
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
 import jsonschema
 from rich.console import Console
 
-from conformance.util import exit_codes
 from conformance.audit.checkpoint_audit import audit_local
-from conformance.util.package_paths import load_schema
 from conformance.report.audit.report import _table_row, build_report, render_table
+from conformance.util import exit_codes
+from conformance.util.package_paths import load_schema
 from tests.audit_helpers import fixture_tokenizer_configs
 from tests.terminal import stderr_on_a_terminal
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conformance.util import exit_codes
-from conformance.audit.predictors import rust_literals, rust_regex
 from conformance.audit.checkpoint_audit import audit_local
+from conformance.audit.predictors import rust_literals, rust_regex
 from conformance.audit.predictors.vllm_rs import RustVerdict
-from conformance.util.package_paths import load_schema
-from conformance.formats.tiny_checkpoint import VARIANTS, build_fixture
 from conformance.audit.template_rules import analyze_template_unbounded
+from conformance.formats.tiny_checkpoint import VARIANTS, build_fixture
+from conformance.util import exit_codes
+from conformance.util.package_paths import load_schema
 from tests.audit_helpers import DELIMITER_PATTERNS, QWEN3_STYLE, mutation_corpus
 
 # What real `vllm-rs serve` 0.32.0 answered to every chat request for this template

@@ -27,11 +27,11 @@ from conformance.audit.predictors.vllm_rs import (
     RustVerdict,
     frontend_template_error,
 )
+from conformance.audit.template_rules import analyze_template_unbounded
 from conformance.formats.tiny_checkpoint import build_fixture
+from conformance.servers.launch import Server
 from conformance.servers.profiles import PROFILES, Profile
 from conformance.servers.runtimes.vllm_rs import ensure_binary
-from conformance.servers.launch import Server
-from conformance.audit.template_rules import analyze_template_unbounded
 from tests.audit_helpers import QWEN3_STYLE, mutation_corpus
 from tests.server_helpers import chat
 from tests.startup_attempts import StartupAttempts

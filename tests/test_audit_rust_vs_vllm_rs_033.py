@@ -14,11 +14,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conformance.audit.template_rules import analyze_template_unbounded
 from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.servers.runtimes.vllm_033 import rust_frontend_binary
-from conformance.audit.template_rules import analyze_template_unbounded
 from tests.test_audit_rust_vs_vllm_rs import (
-    CORPUS, FLAGS, PATTERN_PIECES, assert_corpus_agrees, assert_pattern_agrees, observed,
+    CORPUS,
+    FLAGS,
+    PATTERN_PIECES,
+    assert_corpus_agrees,
+    assert_pattern_agrees,
+    observed,
 )
 from tests.vllm_decides import ENGINE, overlay_worker
 from tests.vllm_rs_render import RenderFrontend

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import jsonschema
 
+from conformance.formats.tiny_checkpoint import RESPONSE_TEMPLATE_FULL
 from conformance.util import exit_codes
 from conformance.util.package_paths import load_schema
-from conformance.formats.tiny_checkpoint import RESPONSE_TEMPLATE_FULL
 
 # vLLM 0.32 serves this template; SGLang's reasoning-to-answer variant (thinking, `normal`, content,
 # tool_calls) has two fields without an opener, which its loader refuses.

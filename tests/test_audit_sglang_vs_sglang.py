@@ -19,10 +19,19 @@ from pathlib import Path
 import pytest
 
 from conformance.audit.checkpoint_audit import audit_local
-from conformance.audit.predictors.sglang import MISSING, NO_TOOL_CALLS, SGLANG_CONFIGURATIONS, TOOL_CALLS_NEED_OPEN
-from conformance.formats.tiny_checkpoint import RESPONSE_TEMPLATE_FULL, VARIANTS, build_fixture
 from conformance.audit.implementations.registry import sglang_install
+from conformance.audit.predictors.sglang import (
+    MISSING,
+    NO_TOOL_CALLS,
+    SGLANG_CONFIGURATIONS,
+    TOOL_CALLS_NEED_OPEN,
+)
 from conformance.audit.template_rules import analyze_template_unbounded
+from conformance.formats.tiny_checkpoint import (
+    RESPONSE_TEMPLATE_FULL,
+    VARIANTS,
+    build_fixture,
+)
 from tests.audit_helpers import fixture_tokenizer_configs, mutation_corpus
 
 CHILD = Path(__file__).resolve().parent / "sglang_serving.py"

@@ -11,7 +11,8 @@ import jsonschema
 import pytest
 import yaml
 
-from conformance.util import exit_codes
+from conformance.cli import main
+from conformance.servers.profiles import PROFILES
 from conformance.suite.cases import (
     DEFAULT_CASES_DIR,
     SCHEMA_PATH,
@@ -21,8 +22,7 @@ from conformance.suite.cases import (
     load_features,
     load_suite,
 )
-from conformance.cli import main
-from conformance.servers.profiles import PROFILES
+from conformance.util import exit_codes
 
 GOOD_FILE = """\
 tools:

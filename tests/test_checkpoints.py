@@ -9,8 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from conformance.audit.checkpoint_list import (
+    CheckpointsError,
+    load_checkpoints,
+    parse_spec,
+    revision_warning,
+)
 from conformance.util import exit_codes
-from conformance.audit.checkpoint_list import CheckpointsError, load_checkpoints, parse_spec, revision_warning
 from tests.audit_helpers import FIXTURES, fixture_commit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -6,13 +6,24 @@ from dataclasses import replace
 
 import pytest
 
-from conformance.run.checks.checks import FINDING, SCHEMA, check_stream_framing, finding_client_replay, observed_tool_call_streaming
-from conformance.run.judge import judge
 from conformance.formats.markers import DEFAULT_MARKERS, template_markers
-from conformance.record.wire import read_stream, response_message
+from conformance.record.outcomes import FINDING, SCHEMA
 from conformance.record.results import make_result
 from conformance.record.transcript import Transcript
-from tests.engine_helpers import STAMP, error_transcript, load_cases, response_transcript, stream_transcript
+from conformance.record.wire import read_stream, response_message
+from conformance.run.checks.contract import check_stream_framing
+from conformance.run.checks.findings import (
+    finding_client_replay,
+    observed_tool_call_streaming,
+)
+from conformance.run.judge import judge
+from tests.engine_helpers import (
+    STAMP,
+    error_transcript,
+    load_cases,
+    response_transcript,
+    stream_transcript,
+)
 
 CASES_YAML = r"""
 - id: one-call

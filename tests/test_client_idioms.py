@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from conformance.suite.cases import load_suite
 from conformance.clients.idioms import IDIOMS, idiom_body, run_idioms
 from conformance.clients.replay_server import Answer, running
+from conformance.suite.cases import load_suite
 
 CASES = {case.id: case for case in load_suite() if "client_idiom" in case.features}
 
@@ -62,9 +62,10 @@ def test_a_refused_idiom_raises_the_clients_error_with_the_servers_message(runs)
 
 def test_the_clients_command_records_what_each_idiom_hands_its_caller(tmp_path):
     from client_samples import write_recording
+    from engine_helpers import error_transcript
+
     from conformance.cli import main
     from conformance.clients.record import CLIENTS_FILE, read_recording
-    from engine_helpers import error_transcript
 
     case = CASES["client-idiom-tool-choice-required"]
     error = case.expect["hf"].error

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.run.judge import judge
 from conformance.record.results import make_result
+from conformance.run.judge import judge
 from tests.engine_helpers import load_cases, response_transcript, stream_transcript
 from tests.fake_server import REASONING, chunk, good_response, good_stream, whole_call
 

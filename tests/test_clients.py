@@ -10,8 +10,8 @@ import urllib.request
 from importlib.metadata import version
 
 import pytest
-
 from client_samples import samples, write_recording
+
 from conformance.cli import main
 from conformance.clients.compare import differences, message_outcome
 from conformance.clients.record import CLIENTS_FILE, read_findings

@@ -7,11 +7,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from test_live_conformance import live_run
 
 from conformance.cli import main
 from conformance.clients.record import CLIENTS_FILE, read_recording
 from conformance.record.wire import read_stream
-from test_live_conformance import live_run
 
 pytestmark = pytest.mark.vllm
 CONTRACT = Path(__file__).resolve().parents[1] / "docs" / "vllm-0.32-contract.md"
@@ -108,8 +108,8 @@ def test_the_contract_documents_matrix_is_what_the_clients_did(replayed):
 
 
 def test_each_client_idiom_hands_its_caller_what_section_8_1_says(replayed):
-    from conformance.suite.cases import load_suite
     from conformance.clients.idioms import IDIOMS, idiom_body
+    from conformance.suite.cases import load_suite
 
     cases = {case.id: case for case in load_suite()}
     for profile in ("hf", "legacy"):

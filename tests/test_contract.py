@@ -8,8 +8,8 @@ import textwrap
 from pathlib import Path
 
 from conformance.suite import contract_document as contract
-from conformance.util import exit_codes
 from conformance.suite.cases import check_suite, load_suite
+from conformance.util import exit_codes
 from tests.contract_doc import citations, read, sections_naming
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

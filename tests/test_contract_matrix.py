@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance.suite.cases import load_suite
 from conformance.cli import main
-from conformance.compare.gate import read_run_dir
 from conformance.compare.contract_matrix import build_matrix
-from conformance.report.matrix import html as matrix_html, markdown as matrix_markdown
+from conformance.record.run_dir import read_run_dir
+from conformance.report.matrix import html as matrix_html
+from conformance.report.matrix import markdown as matrix_markdown
+from conformance.suite.cases import load_suite
 from tests.chromium_cdp import CHROMIUM, Chromium, keep_artifact
 from tests.engine_helpers import load_cases, modes_needing_another_variant
 from tests.fake_server import ALLOWED_ORIGIN, fake_server

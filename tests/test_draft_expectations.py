@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance.suite.cases import load_suite
+from conformance.record.recording import read_transcripts
+from conformance.record.transcript import ServerStamp, Transcript
 from conformance.run.driver import Target
 from conformance.run.engine import recheck, run
 from conformance.servers.profiles import expectation_for
-from conformance.record.transcript import ServerStamp, Transcript, read_transcripts
+from conformance.suite.cases import load_suite
 from tests.fake_server import PLAIN, REASONING, fake_server
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "draft_expectations.py"

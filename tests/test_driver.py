@@ -17,12 +17,11 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from conformance.cli import main
+from conformance.record.recording import read_header, read_transcripts
+from conformance.record.results import read_results
 from conformance.run.driver import Target, request_body
 from conformance.run.engine import recheck, run
-from conformance.record.results import read_results
 from conformance.servers.launch import free_port
-from conformance.record.recording import read_header
-from conformance.record.transcript import read_transcripts
 from tests.engine_helpers import load_cases
 from tests.fake_server import fake_server
 

@@ -12,8 +12,13 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from conformance.formats.tiny_checkpoint import (
+    MARKER_TOKENS,
+    SPECIAL_TOKENS,
+    VARIANTS,
+    build_fixture,
+)
 from conformance.util import exit_codes
-from conformance.formats.tiny_checkpoint import MARKER_TOKENS, SPECIAL_TOKENS, VARIANTS, build_fixture
 from tests.server_helpers import WEATHER_TOOL
 
 ASSISTANT_TURN = {
@@ -142,7 +147,7 @@ def test_response_template_parses_what_the_chat_template_writes(tokenizer) -> No
 
 
 def test_vllm_0_32_would_start_the_full_variant_with_either_hf_flag(checkpoints) -> None:
-    from conformance.audit.template_rules import predict_vllm_startup
+    from conformance.audit.template_worker import predict_vllm_startup
 
     verdicts = predict_vllm_startup(json.loads((checkpoints["full"] / "tokenizer_config.json").read_text()))
     assert {name: verdict.starts for name, verdict in verdicts.items()} == {

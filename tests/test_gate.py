@@ -8,14 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from conformance.run.checks.checks import Check
 from conformance.cli import main
 from conformance.compare.diff import DIFFERENCE_KINDS
 from conformance.compare.expectations import ExpectationsError, load_expectations
-from conformance.compare.gate import Recording, build_gate
-from conformance.record.results import CaseResult
+from conformance.compare.gate import build_gate
 from conformance.compare.timing import distribution, stream_timings
-from tests.engine_helpers import error_transcript, response_transcript, stream_transcript
+from conformance.record.outcomes import Check
+from conformance.record.results import CaseResult
+from conformance.record.run_dir import Recording
+from tests.engine_helpers import (
+    error_transcript,
+    response_transcript,
+    stream_transcript,
+)
 from tests.fake_server import ALLOWED_ORIGIN, REASONING, fake_server
 
 REFUSAL = {"error": {"message": "response_template parsing cannot guarantee required tool choice",

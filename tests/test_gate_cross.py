@@ -73,8 +73,8 @@ def test_the_cors_advice_of_both_vllm_frontends_lets_the_browser_origin_in(tiny_
 
     from conformance.run.driver import Target
     from conformance.run.gate_sides import send_preflight
-    from conformance.servers.profiles import cors_advice_for
     from conformance.servers.launch import start
+    from conformance.servers.profiles import cors_advice_for
 
     origin = "http://localhost:3000"
     flag = ("--allowed-origins", json.dumps([origin]))

@@ -96,15 +96,15 @@ def test_on_the_closer_variant_033_completes_the_closer_and_keeps_the_call(close
 
 
 def test_the_audit_predicts_that_hf_starts_on_the_closer_variant(hf_closer_server):
-    from conformance.audit.template_rules import predict_vllm_startup
+    from conformance.audit.template_worker import predict_vllm_startup
 
     config = json.loads((Path(hf_closer_server.model) / "tokenizer_config.json").read_text())
     assert predict_vllm_startup(config)["both"].starts and hf_closer_server.version == "0.32.0"
 
 
 def test_the_upgrade_file_is_the_default_for_the_pair_and_names_only_known_cases_and_features():
-    from conformance.suite.cases import load_features, load_suite
     from conformance.compare.expectations import load_expectations, unknown_selectors
+    from conformance.suite.cases import load_features, load_suite
 
     assert UPGRADE_FILE is not None and UPGRADE_FILE.name == "vllm-0.32-to-0.33-hf.yaml"
     entries = load_expectations(UPGRADE_FILE)

@@ -9,11 +9,11 @@ from dataclasses import replace
 
 import pytest
 
-from conformance.suite.cases import load_suite
 from conformance.run.driver import Target
 from conformance.run.engine import run
-from conformance.servers.profiles import PROFILES
 from conformance.servers.launch import Server, ServerProcess, ServerStartError
+from conformance.servers.profiles import PROFILES
+from conformance.suite.cases import load_suite
 
 
 def test_the_default_case_set_passes_on_hf_033(hf_033_server: Server, tmp_path) -> None:

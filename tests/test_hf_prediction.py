@@ -7,13 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from conformance.suite.cases import load_suite
-from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.audit.predictors.vllm_032_answers import (
-    EXPLAINED_DIFFERENCES, HfCheckpoint, Refusal, judge_expectation, judge_recording, predict,
+    EXPLAINED_DIFFERENCES,
+    HfCheckpoint,
+    Refusal,
+    judge_expectation,
+    judge_recording,
+    predict,
 )
+from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.record.transcript import ServerStamp, Transcript
 from conformance.record.wire import Message
+from conformance.suite.cases import load_suite
 
 FORCED = [(case, mode) for case in load_suite() if case.force is not None for mode in case.modes]
 

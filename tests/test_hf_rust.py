@@ -12,13 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from conformance.suite.cases import load_suite
+from conformance.formats.tiny_checkpoint import NON_LITERAL_CLOSE_PATTERN, build_fixture
 from conformance.run.driver import Target
 from conformance.run.engine import run
-from conformance.formats.tiny_checkpoint import NON_LITERAL_CLOSE_PATTERN, build_fixture
 from conformance.servers.forcing import forcing_extra_body, token_grammar_body
+from conformance.servers.launch import (
+    Server,
+    ServerStartError,
+    descendant_pids,
+    launch,
+    pid_alive,
+)
 from conformance.servers.logs import find_vllm_error, find_vllm_rs_error
-from conformance.servers.launch import Server, ServerStartError, descendant_pids, launch, pid_alive
+from conformance.suite.cases import load_suite
 
 DATA = Path(__file__).with_name("data")
 REQUEST_PATTERNS = ("tool-choice-required", "tool-choice-named", "parallel-tool-calls-false", "strict-tool")

@@ -133,7 +133,7 @@ def run_against(server: Any, cases: Path, out: Path, *args: str, **options: Any)
 
 
 def transcripts_of(out: Path) -> list[Any]:
-    from conformance.record.transcript import read_transcripts
+    from conformance.record.recording import read_transcripts
 
     return read_transcripts(out / "transcripts.jsonl")
 
@@ -657,9 +657,11 @@ def test_the_bounded_reader_reads_ordinary_yaml_as_pyyaml_does(document) -> None
 def test_a_lone_surrogate_in_an_answer_is_recorded_and_reported_not_a_crash(tmp_path) -> None:
     """JSON may carry "\\ud800", which is no UTF-8 text: the recording keeps it as its escape (read back
     exactly), and the reports show it escaped instead of failing to be written."""
-    from conformance.run.engine import recheck, write_reports
-    from conformance.report.stamp import stamp_of_recording
-    from conformance.record.transcript import JsonLinesWriter, read_transcripts
+    from conformance.record.recording import read_transcripts
+    from conformance.record.stamp import stamp_of_recording
+    from conformance.record.transcript import JsonLinesWriter
+    from conformance.report.run.write import write_reports
+    from conformance.run.engine import recheck
     from tests.engine_helpers import load_cases, response_transcript
 
     cases = load_cases(tmp_path / "cases", """

@@ -11,9 +11,10 @@ import pytest
 
 from conformance.audit import hub
 from conformance.audit.hub import HubSettings, fetch_checkpoint, fetch_many
+from conformance.formats import checkpoint_files
 from tests import hub_server
-from tests.hub_server import HubServer
 from tests.audit_helpers import serve_fixtures
+from tests.hub_server import HubServer
 
 CONFIG = json.dumps({"response_template": {"start_anchor": "<a>", "fields": {"content": {}}}})
 TOKEN = "hf_test_secret_token_value"
@@ -103,10 +104,10 @@ def test_offline_mode_serves_from_cache_and_says_what_is_missing(hub_url: HubSer
     ("t/broken", "main", hub.SERVER_ERROR, "the Hub answered HTTP 500 for tokenizer_config.json"),
     ("t/slow", "main", hub.TIMEOUT, "no answer from the Hub for tokenizer_config.json in time"),
     ("t/huge", "main", hub.TOO_LARGE, f"tokenizer_config.json is {hub.MAX_FILE_BYTES + 1} bytes, over the"),
-    ("t/bad-json", "main", hub.INVALID_JSON, "tokenizer_config.json: invalid JSON at line 3, column 1: "
+    ("t/bad-json", "main", checkpoint_files.INVALID_JSON, "tokenizer_config.json: invalid JSON at line 3, column 1: "
                                              "Expecting property name enclosed in double quotes"),
-    ("t/list-json", "main", hub.INVALID_JSON, "tokenizer_config.json: top level is a JSON list, expected an object"),
-    ("t/bad-chat-json", "main", hub.INVALID_JSON, "chat_template.json: invalid JSON at line 1, column 2"),
+    ("t/list-json", "main", checkpoint_files.INVALID_JSON, "tokenizer_config.json: top level is a JSON list, expected an object"),
+    ("t/bad-chat-json", "main", checkpoint_files.INVALID_JSON, "chat_template.json: invalid JSON at line 1, column 2"),
 ])
 def test_failures_are_states_with_clear_messages(hub_url: HubServer, tmp_path: Path, repo: str, revision: str,
                                                  status: str, message: str) -> None:

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import pytest
+from roundtrip_helpers import tiny_subject
 
 from conformance.audit.implementations import matrix, registry
-from conformance.audit.implementations.matrix import DOCUMENTED_CAST, DOCUMENTED_MALFORMED, build_matrix
+from conformance.audit.implementations.matrix import (
+    DOCUMENTED_CAST,
+    DOCUMENTED_MALFORMED,
+    build_matrix,
+)
 from conformance.audit.offline import case_probes
 from conformance.audit.roundtrip.worker import render_probe
-from roundtrip_helpers import tiny_subject
 
 CHOSEN = "transformers-5.19.0,transformers-5.20.2,vllm-0.32,vllm-0.33,sglang-0.5.23"
 

@@ -8,7 +8,8 @@ import math
 from typing import Any
 
 import pytest
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from conformance.util.json_codec import json_text, parse_json
 

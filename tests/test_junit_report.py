@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from lxml import etree
 
-from conformance.run.checks.checks import Check
-from conformance.run.engine import write_reports
-from conformance.report.run import junit
-from conformance.report.stamp import make_stamp
+from conformance.record.outcomes import Check
 from conformance.record.results import CaseResult
+from conformance.record.stamp import make_stamp
+from conformance.report.run import junit
+from conformance.report.run.write import write_reports
 from tests.engine_helpers import STAMP, response_transcript, stream_transcript
 
 XS = "{http://www.w3.org/2001/XMLSchema}"

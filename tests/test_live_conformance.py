@@ -15,15 +15,21 @@ from typing import Any
 
 import pytest
 
-from conformance.suite.cases import load_suite
+from conformance.audit.predictors.vllm_032_answers import (
+    EXPLAINED_DIFFERENCES,
+    HfCheckpoint,
+    judge_recording,
+    predict,
+)
+from conformance.formats.markers import markers_for_checkpoint
+from conformance.record.recording import read_transcripts
+from conformance.record.results import read_results
+from conformance.record.transcript import Transcript
 from conformance.record.wire import read_stream, response_message
-from conformance.run.engine import markers_for_checkpoint
 from conformance.run.driver import Target
 from conformance.run.engine import run
-from conformance.audit.predictors.vllm_032_answers import EXPLAINED_DIFFERENCES, HfCheckpoint, judge_recording, predict
 from conformance.servers.profiles import PROFILES
-from conformance.record.results import read_results
-from conformance.record.transcript import Transcript, read_transcripts
+from conformance.suite.cases import load_suite
 
 pytestmark = pytest.mark.vllm
 pytest_plugins = ["pytester"]

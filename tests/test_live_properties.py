@@ -18,10 +18,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance.record.case_model import Case, Expectation, ExpectedMessage, ExpectedToolCall
+from conformance.formats.tiny_checkpoint import MARKER_TOKENS
+from conformance.record.case_model import (
+    Case,
+    Expectation,
+    ExpectedMessage,
+    ExpectedToolCall,
+)
 from conformance.run.driver import Target
 from conformance.run.engine import run
-from conformance.formats.tiny_checkpoint import MARKER_TOKENS
 
 pytestmark = pytest.mark.vllm
 

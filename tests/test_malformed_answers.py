@@ -8,11 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.run.checks.checks import shape_problems
 from conformance.formats.markers import DEFAULT_MARKERS
-from conformance.run.engine import judge_group, write_reports
-from conformance.report.stamp import make_stamp
+from conformance.record.stamp import make_stamp
 from conformance.record.transcript import Transcript
+from conformance.report.run.write import write_reports
+from conformance.run.checks.shape import shape_problems
+from conformance.run.engine import judge_group
 from tests.answer_strategies import chunk, completion, event, response, terminal
 from tests.engine_helpers import STAMP, load_cases, stream_transcript
 

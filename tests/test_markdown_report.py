@@ -10,12 +10,12 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from conformance.run.checks.checks import Check
+from conformance.record.outcomes import Check
+from conformance.record.results import CaseResult
+from conformance.record.stamp import make_stamp
 from conformance.report.audit import report as audit_report
 from conformance.report.run import markdown
 from conformance.util.markdown_text import code_span, visible
-from conformance.report.stamp import make_stamp
-from conformance.record.results import CaseResult
 from tests.engine_helpers import STAMP
 
 RENDERER = MarkdownIt("commonmark").enable(["table", "strikethrough"])

@@ -10,12 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from conformance.run.judge import judge
 from conformance.cli import main
+from conformance.report.run import html
 from conformance.run.driver import Target
 from conformance.run.engine import run
-from conformance.servers.forcing import ServerTokenizer
 from conformance.run.gate_sides import GateSetupError, GateSide, targets_for
+from conformance.run.judge import judge
+from conformance.servers.forcing import ServerTokenizer
+from conformance.servers.launch import (
+    ServerStartError,
+    descendant_pids,
+    launch,
+    pid_alive,
+    server_command,
+)
+from conformance.servers.logs import find_vllm_error
 from conformance.servers.profiles import (
     PROFILES,
     Launch,
@@ -25,10 +34,7 @@ from conformance.servers.profiles import (
     expectation_for,
     launchable_profiles,
 )
-from conformance.servers.logs import find_vllm_error
-from conformance.report.run import html
 from conformance.servers.runtimes import SetupError, VirtualEnv
-from conformance.servers.launch import ServerStartError, descendant_pids, launch, pid_alive, server_command
 from tests.engine_helpers import load_cases, response_transcript
 from tests.fake_server import fake_server
 

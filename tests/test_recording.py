@@ -9,11 +9,17 @@ from dataclasses import replace
 import pytest
 
 from conformance.cli import main
+from conformance.record.recording import (
+    RUN_FORMAT,
+    RecordingError,
+    case_digest,
+    read_header,
+    read_transcripts,
+)
+from conformance.record.results import read_results
+from conformance.record.transcript import TranscriptError
 from conformance.run.driver import Target
 from conformance.run.engine import run
-from conformance.record.recording import RUN_FORMAT, RecordingError, case_digest, read_header
-from conformance.record.results import read_results
-from conformance.record.transcript import TranscriptError, read_transcripts
 from tests.engine_helpers import load_cases
 from tests.fake_server import fake_server
 

@@ -21,8 +21,9 @@ from openai.types.chat import ChatCompletionChunk
 from openai.types.responses import ResponseStreamEvent
 from pydantic import BaseModel
 
-from conformance.run.checks import checks, openai_replay as replay
 from conformance.record.wire import read_stream
+from conformance.run.checks import findings as checks
+from conformance.run.checks import openai_replay as replay
 from conformance.run.checks.openai_replay import TEXT_FIELDS, replay_chat, sdk_object
 from tests.answer_strategies import chunk, event, sometimes, text, tool_call, usage
 from tests.engine_helpers import stream_transcript

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conformance.run.checks.checks import Check
-from conformance.report.run import html
-from conformance.report.stamp import make_stamp
+from conformance.record.outcomes import Check
 from conformance.record.results import CaseResult
+from conformance.record.stamp import make_stamp
+from conformance.report.run import html
 from tests.chromium_cdp import CHROMIUM, Chromium, keep_artifact
 from tests.engine_helpers import STAMP, response_transcript, stream_transcript
 

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from html import escape
-import xml.etree.ElementTree as ET
 
 import pytest
 
-from conformance.run.checks.checks import Check
-from conformance.run.engine import write_reports
-from conformance.report.run import html, junit, markdown
-from conformance.report.run.jsonl import write_results
-from conformance.report.stamp import make_stamp
+from conformance.record.outcomes import Check
 from conformance.record.recording import make_header
 from conformance.record.results import CaseResult, read_results, summarize
+from conformance.record.run_dir import write_results
+from conformance.record.stamp import make_stamp
 from conformance.record.transcript import TranscriptError
+from conformance.report.run import html, junit, markdown
+from conformance.report.run.write import write_reports
 from tests.engine_helpers import STAMP, stream_transcript
 
 HEADER = make_header("results", cases=[], markers=["<think>"], server=asdict(STAMP), created_at="2026-12-01T00:00:00+00:00")

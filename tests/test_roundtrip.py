@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from roundtrip_helpers import corrected_subject, tiny_subject
 
 from conformance.audit.roundtrip import roundtrip
-from conformance.audit.roundtrip.roundtrip import ChunkVariance, check_turn, run_roundtrip
+from conformance.audit.roundtrip.roundtrip import (
+    ChunkVariance,
+    check_turn,
+    run_roundtrip,
+)
 from conformance.audit.roundtrip.worker import bounded_roundtrip
-from roundtrip_helpers import corrected_subject, tiny_subject
 
 CLOSE = "</tool_call>"
 

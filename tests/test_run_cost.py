@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.run import engine
 from conformance.record import recording, wire
-from conformance.run.driver import Target
 from conformance.record.transcript import SseLine
+from conformance.report.run.write import write_reports
+from conformance.run import engine
+from conformance.run.driver import Target
 from tests.engine_helpers import load_cases, stream_transcript
 from tests.fake_server import fake_server
 
@@ -45,7 +46,7 @@ def test_each_stream_is_parsed_once_for_verifying_judging_and_the_reports(tmp_pa
     with fake_server() as server:
         cases = list(load_cases(tmp_path / "cases", forced).values())
         output = engine.run(cases, Target(server.base_url, "fake", "hf", can_force=True), tmp_path / "out")
-    engine.write_reports(tmp_path / "out", output.results, output.stamp, output.transcripts)
+    write_reports(tmp_path / "out", output.results, output.stamp, output.transcripts)
     streams = [t for t in output.transcripts if t.mode == "stream"]
     assert len(streams) == 1 and [id(t) for t in parsed] == [id(streams[0])]
 

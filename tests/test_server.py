@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from conformance.util import exit_codes
 from conformance.formats.tiny_checkpoint import VARIANTS, build_fixture
 from conformance.servers.forcing import (
     ServerTokenizer,
@@ -25,8 +24,6 @@ from conformance.servers.forcing import (
     token_ids_of_stream,
     verify_forced_output,
 )
-from conformance.servers.profiles import PROFILES, resolve_profile, vllm_profile
-from conformance.servers.logs import find_vllm_error
 from conformance.servers.launch import (
     ServerStartError,
     descendant_pids,
@@ -34,6 +31,9 @@ from conformance.servers.launch import (
     pid_alive,
     start,
 )
+from conformance.servers.logs import find_vllm_error
+from conformance.servers.profiles import PROFILES, resolve_profile, vllm_profile
+from conformance.util import exit_codes
 from tests.scripted_server import Reply, scripted_server
 from tests.server_helpers import WEATHER_TOOL, chat, chat_stream
 from tests.startup_attempts import StartupAttempts, assert_started_as_predicted
@@ -446,7 +446,7 @@ def startups(tmp_path_factory: pytest.TempPathFactory) -> StartupAttempts:
 @pytest.mark.vllm
 @pytest.mark.parametrize(("variant", "configuration"), STARTUPS)
 def test_the_audit_predicts_what_the_real_server_does(startups: StartupAttempts, variant: str, configuration: str) -> None:
-    from conformance.audit.template_rules import predict_vllm_startup
+    from conformance.audit.template_worker import predict_vllm_startup
 
     _, model = startups.attempts[(variant, configuration)]
     predicted = predict_vllm_startup(json.loads((model / "tokenizer_config.json").read_text()))[configuration]

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from conformance.util import side_requests
 from conformance.servers.forcing import ServerRefused
+from conformance.util import side_requests
 from conformance.util.side_requests import KeptAliveJson, in_daemon_thread
 
 

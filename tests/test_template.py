@@ -12,10 +12,9 @@ import pytest
 from conformance.audit import template_worker
 from conformance.audit.template_rules import (
     TemplateAnalysisTimeout,
-    analyze_template,
     analyze_template_unbounded,
-    predict_vllm_startup,
 )
+from conformance.audit.template_worker import analyze_template, predict_vllm_startup
 from tests.audit_helpers import QWEN3_STYLE, fixture_tokenizer_configs, gemma4_template
 
 MISSING = "The hf parser requires `response_template` metadata in the tokenizer configuration"

@@ -20,11 +20,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from conformance.audit.predictors import vllm_033 as audit_033
-from conformance.formats.tiny_checkpoint import build_fixture
-from conformance.servers.profiles import PROFILES
-from conformance.servers.launch import Server
 from conformance.audit.template_rules import CONFIGURATIONS, analyze_template_unbounded
-from tests.audit_helpers import GENERATED_TEMPLATES, fixture_tokenizer_configs, mutation_corpus
+from conformance.formats.tiny_checkpoint import build_fixture
+from conformance.servers.launch import Server
+from conformance.servers.profiles import PROFILES
+from tests.audit_helpers import (
+    GENERATED_TEMPLATES,
+    fixture_tokenizer_configs,
+    mutation_corpus,
+)
 from tests.startup_attempts import StartupAttempts, assert_started_as_predicted
 from tests.vllm_decides import STARTUPS, DecisionWorker, as_verdicts, overlay_worker
 

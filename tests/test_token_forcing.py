@@ -12,13 +12,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conformance.formats.tiny_checkpoint import MARKER_TOKENS
+from conformance.record.recording import read_transcripts
+from conformance.report.run import html
 from conformance.run.driver import Target
 from conformance.run.engine import recheck, run
-from conformance.formats.tiny_checkpoint import MARKER_TOKENS
-from conformance.servers.forcing import PROBE_TEXT, ForcingUnsupported, token_grammar_body, token_grammar_text
+from conformance.servers.forcing import (
+    PROBE_TEXT,
+    ForcingUnsupported,
+    token_grammar_body,
+    token_grammar_text,
+)
 from conformance.servers.profiles import PROFILES, TokenGrammarForcing
-from conformance.report.run import html
-from conformance.record.transcript import read_transcripts
 from tests.engine_helpers import load_cases
 from tests.scripted_server import json_reply, scripted_server
 

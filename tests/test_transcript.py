@@ -6,10 +6,8 @@ import json
 
 import pytest
 
-from conformance.suite.cases import load_suite
 from conformance.cli import main
-from conformance.run.driver import request_body
-from conformance.servers.forcing import forcing_extra_body
+from conformance.record.recording import read_transcripts
 from conformance.record.transcript import (
     JsonLinesWriter,
     ServerStamp,
@@ -17,8 +15,10 @@ from conformance.record.transcript import (
     Transcript,
     TranscriptError,
     group_by_key,
-    read_transcripts,
 )
+from conformance.run.driver import request_body
+from conformance.servers.forcing import forcing_extra_body
+from conformance.suite.cases import load_suite
 from tests.engine_helpers import response_transcript, stream_transcript
 
 STAMP = ServerStamp("http://h/v1", "tiny", "legacy", "0.32.0", ("--tool-call-parser", "hermes"), "sha256:abc")

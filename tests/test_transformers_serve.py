@@ -11,14 +11,17 @@ import json
 import urllib.request
 from pathlib import Path
 
-
-from conformance.suite.cases import load_suite
+from conformance.record.wire import read_stream
 from conformance.run.driver import Target
 from conformance.run.engine import run
-from conformance.servers.profiles import PROFILES
-from conformance.servers.sequence_bias import CheckpointTokenizer, forced_ids, verify_answer
 from conformance.servers.launch import Server
-from conformance.record.wire import read_stream
+from conformance.servers.profiles import PROFILES
+from conformance.servers.sequence_bias import (
+    CheckpointTokenizer,
+    forced_ids,
+    verify_answer,
+)
+from conformance.suite.cases import load_suite
 
 GET_WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather forecast for a city.",
                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}

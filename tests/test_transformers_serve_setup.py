@@ -9,16 +9,23 @@ from dataclasses import replace
 
 import pytest
 
-from conformance.run.checks.checks import check_stream_framing
 from conformance.cli import main
 from conformance.formats.tiny_checkpoint import EOS_TOKEN, build_fixture
+from conformance.record.transcript import ServerStamp, SseLine, Transcript
+from conformance.record.wire import read_stream
+from conformance.run.checks.contract import check_stream_framing
+from conformance.servers.launch import ServerStartError, start
+from conformance.servers.logs import find_transformers_serve_error
 from conformance.servers.profiles import (
     PROFILES,
     CommandVersionProbe,
 )
-from conformance.servers.logs import find_transformers_serve_error
 from conformance.servers.runtimes import CurrentInterpreter, SetupError
-from conformance.servers.runtimes.transformers_serve import MARKER_FILE, ManagedVirtualEnv, ensure_venv
+from conformance.servers.runtimes.transformers_serve import (
+    MARKER_FILE,
+    ManagedVirtualEnv,
+    ensure_venv,
+)
 from conformance.servers.sequence_bias import (
     FIRST_CONTEXT_WIDTH,
     CheckpointTokenizer,
@@ -29,9 +36,6 @@ from conformance.servers.sequence_bias import (
     served_messages,
     verify_answer,
 )
-from conformance.servers.launch import ServerStartError, start
-from conformance.record.transcript import ServerStamp, SseLine, Transcript
-from conformance.record.wire import read_stream
 
 NO_INDEX = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}  # nothing from the network in these tests
 

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from conformance.suite.cases import check_suite
-from conformance.run.judge import judge
 from conformance.cli import main
-from conformance.run.driver import Target
-from conformance.run.engine import run
 from conformance.formats.tiny_checkpoint import response_template_for
 from conformance.record.transcript import SseLine, Transcript
+from conformance.run.driver import Target
+from conformance.run.engine import run
+from conformance.run.judge import judge
+from conformance.suite.cases import check_suite
 from tests.engine_helpers import STAMP, load_cases
 from tests.fake_server import PLAIN, fake_server
 

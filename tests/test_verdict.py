@@ -11,15 +11,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conformance.servers.profiles import PROFILES
-from conformance.run.checks.checks import Check
 from conformance.cli import main
 from conformance.commands.run import problem_lines
+from conformance.record.outcomes import Check
+from conformance.record.results import CaseResult, read_results, summarize
+from conformance.record.stamp import make_stamp
+from conformance.report.run import markdown
 from conformance.run.driver import Target
 from conformance.run.engine import run
-from conformance.report.run import markdown
-from conformance.report.stamp import make_stamp
-from conformance.record.results import CaseResult, read_results, summarize
+from conformance.servers.profiles import PROFILES
 from tests.engine_helpers import STAMP, load_cases
 from tests.fake_server import fake_server
 

@@ -13,14 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from conformance.servers.profiles import PROFILES
+from conformance.record.stamp import make_stamp
 from conformance.report.run.markdown import render
-from conformance.report.stamp import make_stamp
+from conformance.servers.launch import ServerStartError, launch
+from conformance.servers.profiles import PROFILES
 from conformance.servers.runtimes import Resolved, SetupError
 from conformance.servers.runtimes.vllm_033 import (
-    KERNEL_LIBRARIES, MARKER_FILE, VllmCpuOverlay, VllmRustOverlay, ensure_overlay, overlay_path,
+    KERNEL_LIBRARIES,
+    MARKER_FILE,
+    VllmCpuOverlay,
+    VllmRustOverlay,
+    ensure_overlay,
+    overlay_path,
 )
-from conformance.servers.launch import ServerStartError, launch
 from tests.test_server import assert_all_gone, fake_python, wait_for_pids  # noqa: F401 (a fixture)
 
 

@@ -12,11 +12,16 @@ from pathlib import Path
 
 import pytest
 
+from conformance.servers.launch import ServerStartError, launch
 from conformance.servers.profiles import PROFILES
 from conformance.servers.runtimes import SetupError
-from conformance.servers.runtimes.vllm_033 import MARKER_FILE, VllmRustOverlay, overlay_path, rust_frontend_binary
+from conformance.servers.runtimes.vllm_033 import (
+    MARKER_FILE,
+    VllmRustOverlay,
+    overlay_path,
+    rust_frontend_binary,
+)
 from conformance.servers.runtimes.vllm_rs import BINARY_MEMBER
-from conformance.servers.launch import ServerStartError, launch
 from tests.test_vllm_033_setup import _wheel, local_index  # noqa: F401 (a fixture)
 
 FAKE_BINARY = b"#!/bin/sh\necho fake vllm-rs 0.33 \"$@\"\n"

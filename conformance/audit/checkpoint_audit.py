@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Literal
 
 from conformance.audit import hub
-from conformance.audit.predictors.vllm_rs import RustVerdict
-from conformance.audit.predictors.sglang import SGLangVerdict
 from conformance.audit.checkpoint_list import CheckpointEntry, revision_warning
+from conformance.audit.predictors.sglang import SGLangVerdict
+from conformance.audit.predictors.vllm_rs import RustVerdict
 from conformance.audit.template_rules import (
     CONFIGURATIONS,
     Finding,
@@ -22,16 +22,17 @@ from conformance.audit.template_rules import (
     TemplateAnalysis,
     TemplateAnalysisTimeout,
     TemplateTooExpensive,
-    analyze_template,
 )
+from conformance.audit.template_worker import analyze_template
+from conformance.formats import checkpoint_files
 
-OK = hub.OK
+OK = checkpoint_files.OK
 TEMPLATE_TIMEOUT = "template_timeout"
 TEMPLATE_TOO_EXPENSIVE = "template_too_expensive"  # the analysis needed more memory than its worker may have
 ANALYSIS_ERROR = "analysis_error"  # the analysis worker itself failed: a tool problem
 # Statuses that say something about the checkpoint itself (exit 1); any other failure means the audit
 # could not look at the checkpoint (Hub, network, cache, access: exit 2).
-CHECKPOINT_FAULTS = frozenset({hub.INVALID_JSON, hub.TOO_LARGE, TEMPLATE_TIMEOUT, TEMPLATE_TOO_EXPENSIVE})
+CHECKPOINT_FAULTS = frozenset({checkpoint_files.INVALID_JSON, checkpoint_files.TOO_LARGE, TEMPLATE_TIMEOUT, TEMPLATE_TOO_EXPENSIVE})
 
 # The Python releases whose verdicts the audit predicts (TemplateAnalysis fields); `expect` holds for each.
 PythonRelease = Literal["vllm_0_32", "vllm_0_33"]
@@ -129,18 +130,18 @@ def audit_local(directory: Path) -> CheckpointAudit:
     directory = Path(directory)
     audit = CheckpointAudit(id=str(directory), source="local", revision=None, commit=None, status=OK)
     try:
-        audit.files = [name for name in (hub.TOKENIZER_CONFIG, *hub.OPTIONAL_FILES) if (directory / name).is_file()]
+        audit.files = [name for name in (checkpoint_files.TOKENIZER_CONFIG, *hub.OPTIONAL_FILES) if (directory / name).is_file()]
     except OSError as exc:  # a directory that cannot be listed
-        audit.status, audit.error = hub.UNREADABLE, f"{directory}: cannot read: {exc.strerror or exc}"
+        audit.status, audit.error = checkpoint_files.UNREADABLE, f"{directory}: cannot read: {exc.strerror or exc}"
         return audit
-    config_path = directory / hub.TOKENIZER_CONFIG
-    if hub.TOKENIZER_CONFIG not in audit.files:
-        audit.status, audit.error = hub.NOT_FOUND, f"{config_path}: no such file"
+    config_path = directory / checkpoint_files.TOKENIZER_CONFIG
+    if checkpoint_files.TOKENIZER_CONFIG not in audit.files:
+        audit.status, audit.error = checkpoint_files.NOT_FOUND, f"{config_path}: no such file"
         return audit
     try:
         audit.file_paths = {name: directory / name for name in audit.files}
         tokenizer_config = hub.read_checkpoint_files(audit.file_paths)
-    except hub.FetchError as exc:
+    except checkpoint_files.FetchError as exc:
         audit.status, audit.error, audit.startup_error = exc.kind, f"{directory}/{exc}", exc.startup_error
         return audit
     return _analyze(audit, tokenizer_config)

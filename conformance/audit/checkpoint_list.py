@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from conformance.util import safe_yaml
 from conformance.util.package_paths import load_schema
 

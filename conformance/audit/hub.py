@@ -12,7 +12,6 @@ HF_HUB_OFFLINE, HF_HUB_ETAG_TIMEOUT (seconds to wait for the Hub's first answer)
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import threading
@@ -22,19 +21,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.util.safe_yaml import UnreadableFile, read_text
+from conformance.audit.checkpoint_list import COMMIT_SHA
+from conformance.formats.checkpoint_files import (
+    GATED,
+    MAX_FILE_BYTES,
+    NETWORK_ERROR,
+    NOT_CACHED,
+    NOT_FOUND,
+    OK,
+    SERVER_ERROR,
+    TIMEOUT,
+    TOKENIZER_CONFIG,
+    TOO_LARGE,
+    UNAUTHORIZED,
+    FetchError,
+    read_json_file,
+    read_tokenizer_config,
+    too_large,
+)
 
-TOKENIZER_CONFIG = "tokenizer_config.json"
 OPTIONAL_FILES = ("chat_template.jinja", "chat_template.json")
-MAX_FILE_BYTES = 5 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 10.0
 FILE_DEADLINE_FACTOR = 3  # each file, redirects and retries included, must arrive within 3 x the timeout
 DEFAULT_WORKERS = 16
-
-OK = "ok"  # a checkpoint fetched and read; otherwise it ends in one of these failure kinds:
-NOT_FOUND, UNAUTHORIZED, GATED = "not_found", "unauthorized", "gated"
-SERVER_ERROR, TIMEOUT, NETWORK_ERROR = "server_error", "timeout", "network_error"
-TOO_LARGE, INVALID_JSON, NOT_CACHED, UNREADABLE = "too_large", "invalid_json", "not_cached", "unreadable"
 TOKEN_HINT = "set HF_TOKEN to a token that can read it; for a gated repo, accept its terms on the Hub first"
 
 
@@ -80,74 +89,6 @@ class FetchedCheckpoint:
     files: dict[str, Path] = field(default_factory=dict)  # the files the repo has, as cached on disk
     tokenizer_config: dict | None = None
     startup_error: str | None = None  # see FetchError
-
-
-class FetchError(Exception):
-    """`startup_error`: what vLLM itself stops with on such a file, when it cannot even read it."""
-
-    def __init__(self, kind: str, message: str, startup_error: str | None = None) -> None:
-        super().__init__(message)
-        self.kind, self.startup_error = kind, startup_error
-
-
-MAX_JSON_DEPTH = 100  # deeper values cannot be handed to the analysis worker (pickle recurses per level)
-
-
-def read_json_file(path: Path, name: str) -> Any:
-    """Parse a checkpoint JSON file; an unreadable file, oversize or invalid JSON become FetchErrors naming the
-    file (and the position). JSON that transformers itself cannot read (not UTF-8, an integer past Python's
-    digit limit) carries transformers' error as the `startup_error`."""
-    try:
-        if failure := _too_large(name, path.stat().st_size):
-            raise failure
-        text = read_text(path)
-    except OSError as exc:
-        raise FetchError(UNREADABLE, f"{name}: cannot read: {exc.strerror or exc}") from exc
-    except UnreadableFile as exc:
-        if isinstance(exc.__cause__, OSError):
-            raise FetchError(UNREADABLE, f"{name}: {exc}") from exc
-        raise FetchError(INVALID_JSON, f"{name}: {exc}", startup_error=_transformers_read_error(path)) from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FetchError(INVALID_JSON, f"{name}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
-    except RecursionError as exc:  # untrusted input: arrays/objects nested thousands deep
-        raise FetchError(INVALID_JSON, f"{name}: JSON nested too deeply to read") from exc
-    except ValueError as exc:  # an integer of more than 4,300 digits
-        raise FetchError(INVALID_JSON, f"{name}: unreadable JSON value: {exc}",
-                         startup_error=_transformers_read_error(path)) from exc
-    if (depth := _depth(data)) > MAX_JSON_DEPTH:
-        raise FetchError(TOO_LARGE, f"{name}: JSON nested {depth} levels deep, over the {MAX_JSON_DEPTH}-level limit")
-    return data
-
-
-def _transformers_read_error(path: Path) -> str | None:
-    """The error of reading `path` as transformers 5.19 does (`json.load(open(path, encoding="utf-8"))`)."""
-    try:
-        with open(path, encoding="utf-8") as reader:
-            json.load(reader)
-    except (OSError, ValueError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-def _depth(value: Any) -> int:
-    """How many arrays/objects deep `value` nests (iterative: the value may be deeper than the stack)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        value, depth = stack.pop()
-        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
-        if children is not None:
-            deepest = max(deepest, depth)
-            stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
-def read_tokenizer_config(path: Path) -> dict:
-    data = read_json_file(path, TOKENIZER_CONFIG)
-    if not isinstance(data, dict):
-        raise FetchError(INVALID_JSON, f"{TOKENIZER_CONFIG}: top level is a JSON {type(data).__name__}, expected an object")
-    return data
 
 
 def _redact(message: str, settings: HubSettings) -> str:
@@ -198,26 +139,16 @@ def _cached(repo: str, filename: str, revision: str, settings: HubSettings) -> P
     return Path(found) if isinstance(found, str) else None
 
 
-def _too_large(filename: str, size: int | None) -> FetchError | None:
-    if size is not None and size > MAX_FILE_BYTES:
-        return FetchError(TOO_LARGE, f"{filename} is {size} bytes, over the {MAX_FILE_BYTES}-byte limit")
-    return None
-
-
 def _download(repo: str, filename: str, revision: str, settings: HubSettings, check_size: bool = True) -> Path:
     """hf_hub_download into the cache; with `check_size`, a dry run first so an oversize file is never fetched."""
     from huggingface_hub import hf_hub_download
 
     options = dict(revision=revision, cache_dir=settings.cache_dir, endpoint=settings.endpoint,
                    token=settings.token, etag_timeout=settings.timeout)
-    if check_size and (failure := _too_large(filename, hf_hub_download(repo, filename, dry_run=True, **options).file_size)):
+    if check_size and (failure := too_large(filename, hf_hub_download(repo, filename, dry_run=True, **options).file_size)):
         raise failure
     return Path(hf_hub_download(repo, filename, **options))
 
-
-# --- bounds on what the Hub sends: bytes actually read, and a deadline per file -----------------------
-# huggingface_hub's own limits are per read (a trickle never ends) and retried (a stall costs minutes), and
-# its size check trusts the HEAD answer. Every request it makes goes through `_BoundedTransport` instead.
 
 _deadline = threading.local()  # .at: monotonic time by which the file this thread fetches must be complete
 
@@ -328,7 +259,7 @@ def _fetch_tokenizer_config(repo: str, revision: str, settings: HubSettings) -> 
     # One HEAD without retries: a quick, precise failure kind, and the size before any download.
     url = hf_hub_url(repo, TOKENIZER_CONFIG, revision=revision, endpoint=settings.endpoint)
     metadata = get_hf_file_metadata(url, token=settings.token, timeout=settings.timeout, endpoint=settings.endpoint)
-    if failure := _too_large(TOKENIZER_CONFIG, metadata.size):
+    if failure := too_large(TOKENIZER_CONFIG, metadata.size):
         raise failure
     return _download(repo, TOKENIZER_CONFIG, revision, settings, check_size=False)
 
@@ -355,8 +286,6 @@ def read_checkpoint_files(files: Mapping[str, Path]) -> dict[str, Any]:
 
 
 def _is_commit(revision: str) -> bool:
-    from conformance.audit.checkpoint_list import COMMIT_SHA
-
     return bool(COMMIT_SHA.fullmatch(revision))
 
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.util.markdown_text import code_span, visible
 from conformance.audit.template_rules import Finding
+from conformance.util.markdown_text import code_span, visible
 
 DEFAULT_EXAMPLES = 100
 DEFAULT_SEED = 0

@@ -21,11 +21,19 @@ from typing import Any
 import regex
 
 from conformance.audit.predictors import vllm_033 as audit_033
-from conformance.audit.predictors.vllm_rs import RustVerdict, rust_verdicts
 from conformance.audit.predictors.sglang import SGLangVerdict, sglang_verdicts
-
-TEMPLATE_KEY = "response_template"
-LEGACY_KEY = "response_schema"
+from conformance.audit.predictors.vllm_rs import RustVerdict, rust_verdicts
+from conformance.formats.response_template import (
+    LEGACY_KEY,
+    TEMPLATE_KEY,
+    THINKING,
+    TOOL_CALLS,
+    Anchor,
+    LoadedField,
+    LoadedTemplate,
+    check_serving,
+    load_template,
+)
 
 # The three server configurations the audit predicts, keyed as in reports and `expect`.
 CONFIGURATIONS: dict[str, str] = {
@@ -34,30 +42,29 @@ CONFIGURATIONS: dict[str, str] = {
     "both": "--enable-auto-tool-choice --tool-call-parser hf --reasoning-parser hf",
 }
 
+
 # vLLM 0.32's own messages (vllm/parser/response_template.py).
 MISSING_TEMPLATE = "The hf parser requires `response_template` metadata in the tokenizer configuration"
+
+
 INVALID_PREFIX = "Invalid response_template metadata: "
+
+
 THINKING_REQUIRED = "--reasoning-parser hf requires a response_template with a thinking field"
+
+
 TOOL_CALLS_REQUIRED = "--tool-call-parser hf requires a response_template with a tool_calls field"
 
-THINKING, CONTENT, TOOL_CALLS = "thinking", "content", "tool_calls"
-SERVING_FIELDS = frozenset({THINKING, CONTENT, TOOL_CALLS})
-
-# Keys of vLLM's CONTENT_PARSERS; a dict so that `x in CONTENT_PARSERS` fails exactly like vLLM's
-# (`TypeError: unhashable type` for a list or dict).
-CONTENT_PARSERS: dict[str, None] = dict.fromkeys(
-    ["text", "int", "float", "bool", "json", "xml-inline", "kv-lines"]
-)
-_TEMPLATE_KEYS = {"version", "defaults", "fields", "start_anchor", "start_anchor_pattern"}
-_FIELD_KEYS = {
-    "open", "open_pattern", "close", "close_pattern", "content", "content_args",
-    "repeats", "join", "optional", "transform", "transform_each",
-}
-_PLACEHOLDER = regex.compile(r"\{(\w+(?:\.\w+)*)\}")
 
 REGEX_SEARCH_TIMEOUT_S = 0.2
+
+
 ANALYSIS_TIMEOUT_S = 20.0
+
+
 _PROBE_RUN_LENGTH = 2000
+
+
 _SHOWN_PATTERN_CHARS = 40
 
 
@@ -99,179 +106,6 @@ class TemplateAnalysisTimeout(RuntimeError):
 class TemplateTooExpensive(RuntimeError):
     """The analysis of one template needed more memory than the worker may have
     (`conformance.audit.template_worker.WORKER_MEMORY_BYTES`)."""
-
-
-# --- the loader, mirrored from vllm/parser/chat_parsing/response_templates.py -------------------------
-
-
-@dataclass
-class _Anchor:
-    compiled: Any  # regex.Pattern or None
-    literals: list[str] | None
-    source: str | None  # the regex text, for patterns
-
-
-@dataclass
-class _Field:
-    name: str
-    open: _Anchor
-    close: _Anchor
-    content: str
-    content_args: Any
-    repeats: bool
-    join: Any
-    transform: Any
-
-
-def _compile_anchor(scope: str, spec: dict, literal_key: str, pattern_key: str) -> _Anchor:
-    if literal_key in spec and pattern_key in spec:
-        raise ValueError(f"{scope}: cannot specify both '{literal_key}' and '{pattern_key}'")
-    if literal_key in spec:
-        raw = spec[literal_key]
-        if isinstance(raw, str):
-            literals = [raw]
-        elif isinstance(raw, list):
-            if not raw:
-                raise ValueError(f"{scope}: '{literal_key}' list must contain at least one literal")
-            if not all(isinstance(s, str) for s in raw):
-                raise ValueError(f"{scope}: '{literal_key}' list must contain only strings")
-            literals = list(dict.fromkeys(raw))
-        else:
-            raise ValueError(
-                f"{scope}: '{literal_key}' must be a string or list of strings, got {type(raw).__name__}"
-            )
-        if any(s == "" for s in literals):
-            raise ValueError(f"{scope}: '{literal_key}' literals cannot be empty strings")
-        ordered = sorted(literals, key=len, reverse=True)
-        compiled = regex.compile("|".join(regex.escape(s) for s in ordered), regex.DOTALL)
-        return _Anchor(compiled, literals, None)
-    if pattern_key in spec:
-        try:
-            return _Anchor(regex.compile(spec[pattern_key], regex.DOTALL), None, spec[pattern_key])
-        except regex.error as exc:
-            raise ValueError(f"{scope}: invalid {pattern_key} regex: {exc}") from exc
-    return _Anchor(None, None, None)
-
-
-def _check_shape(spec: Any) -> None:
-    if not isinstance(spec, dict):
-        raise ValueError(f"response_template must be a dict, got {type(spec).__name__}")
-    version = spec.get("version", 1)
-    if version != 1:
-        raise ValueError(f"Unsupported response_template version: {version}")
-    if unknown := set(spec) - _TEMPLATE_KEYS:
-        raise ValueError(f"Unknown keys in response_template: {sorted(unknown)}")
-    if not isinstance(spec.get("defaults", {}), dict):
-        raise ValueError("response_template.defaults must be a dict")
-    fields = spec.get("fields", {})
-    if not isinstance(fields, dict) or not fields:
-        raise ValueError("response_template.fields must be a non-empty dict")
-
-
-def _check_transform_strings(scope: str, transform: Any) -> None:
-    if isinstance(transform, dict):
-        for value in transform.values():
-            _check_transform_strings(scope, value)
-    elif isinstance(transform, list):
-        for value in transform:
-            _check_transform_strings(scope, value)
-    elif isinstance(transform, str) and _PLACEHOLDER.search(transform) and not _PLACEHOLDER.fullmatch(transform):
-        raise ValueError(
-            f"{scope}: transform string {transform!r} mixes a {{placeholder}} with literal text. "
-            'Use either a whole-string placeholder (e.g. "{content}") or a plain literal; '
-            "string interpolation is not supported."
-        )
-
-
-def _build_field(name: str, spec: Any) -> _Field:
-    scope = f"Field '{name}'"
-    if not isinstance(spec, dict):
-        raise ValueError(f"{scope} must be a dict")
-    if unknown := set(spec) - _FIELD_KEYS:
-        raise ValueError(f"{scope}: unknown keys {sorted(unknown)}")
-    content = spec.get("content", "text")
-    if content not in CONTENT_PARSERS:
-        raise ValueError(f"{scope}: unknown content parser '{content}'. Available: {sorted(CONTENT_PARSERS)}")
-    open_anchor = _compile_anchor(scope, spec, "open", "open_pattern")
-    close_anchor = _compile_anchor(scope, spec, "close", "close_pattern")
-    join = spec.get("join")
-    if join is not None and not isinstance(join, str):
-        raise ValueError(f"{scope}: 'join' must be a string, got {type(join).__name__}")
-    if join is not None and not spec.get("repeats", False):
-        raise ValueError(f"{scope}: 'join' requires 'repeats': true")
-    transform = spec.get("transform")
-    transform_each = spec.get("transform_each", False)
-    if not isinstance(transform_each, bool):
-        raise ValueError(f"{scope}: transform_each must be a bool, got {type(transform_each).__name__}")
-    if transform_each and transform is None:
-        raise ValueError(f"{scope}: transform_each is set but no transform was provided")
-    if transform is not None:
-        _check_transform_strings(scope, transform)
-    else:
-        captured = set()
-        for anchor in (open_anchor, close_anchor):
-            if anchor.compiled is not None:
-                captured |= set(anchor.compiled.groupindex)
-        if captured:
-            raise ValueError(
-                f"{scope}: open_pattern/close_pattern declares named group(s) "
-                f"{sorted(captured)}, but the field has no 'transform'. Named captures "
-                f"are only surfaced through a 'transform' template (where they appear "
-                f"alongside 'content'). Either add a 'transform' that uses the captures, or "
-                f"remove the named groups from the pattern."
-            )
-    return _Field(
-        name=name,
-        open=open_anchor,
-        close=close_anchor,
-        content=content,
-        content_args=spec.get("content_args", {}),
-        repeats=bool(spec.get("repeats", False)),
-        join=join,
-        transform=transform,
-    )
-
-
-@dataclass
-class _Loaded:
-    fields: dict[str, _Field]
-    defaults: dict
-    start_anchor: _Anchor
-
-
-def _load(spec: Any) -> _Loaded:
-    """Mirror of `load_response_template`: raises ValueError/TypeError with vLLM's message."""
-    _check_shape(spec)
-    fields = {name: _build_field(name, raw) for name, raw in spec["fields"].items()}
-    implicit = [name for name, built in fields.items() if built.open.compiled is None]
-    if len(implicit) > 1:
-        raise ValueError(
-            "At most one field may omit 'open'/'open_pattern' (that field becomes the "
-            f"implicit-open / leftover sink). Found: {', '.join(implicit)}"
-        )
-    start_anchor = _compile_anchor("response_template", spec, "start_anchor", "start_anchor_pattern")
-    if start_anchor.compiled is None:
-        raise ValueError("response_template must define 'start_anchor' or 'start_anchor_pattern'.")
-    return _Loaded(fields=fields, defaults=spec.get("defaults", {}), start_anchor=start_anchor)
-
-
-def _check_serving(loaded: _Loaded) -> None:
-    """Mirror of `validate_response_template_for_serving` (after loading)."""
-    unsupported = (set(loaded.fields) - SERVING_FIELDS) | (set(loaded.defaults) - {"role"})
-    if unsupported:
-        raise ValueError(
-            "response_template contains unsupported semantic fields: "
-            f"{sorted(unsupported)}. Supported fields are: {sorted(SERVING_FIELDS)}"
-        )
-    for name in (THINKING, CONTENT):
-        built = loaded.fields.get(name)
-        if built is not None and (built.content != "text" or built.transform is not None or built.join is not None):
-            raise ValueError(
-                f"response_template field {name!r} uses semantics that cannot be streamed by the OpenAI serving adapter"
-            )
-
-
-# --- startup verdicts ---------------------------------------------------------------------------------
 
 
 def _resolve(tokenizer_config: dict) -> dict | None:
@@ -316,17 +150,14 @@ def _engine_error(template: dict | None, serving_error: str | None, missing: str
     return missing if template is None else serving_error
 
 
-# --- description and findings -------------------------------------------------------------------------
-
-
-def _show_anchor(anchor: _Anchor) -> str:
+def _show_anchor(anchor: Anchor) -> str:
     if anchor.literals is not None:
         return " | ".join(repr(s) for s in anchor.literals)
     text = anchor.source if len(anchor.source) <= _SHOWN_PATTERN_CHARS else anchor.source[:_SHOWN_PATTERN_CHARS] + "…"
     return f"/{text}/"
 
 
-def _describe(loaded: _Loaded) -> str:
+def _describe(loaded: LoadedTemplate) -> str:
     parts = []
     for built in loaded.fields.values():
         opener = _show_anchor(built.open) if built.open.compiled is not None else "(implicit)"
@@ -379,7 +210,7 @@ def _slow_regex(where: str) -> Finding:
     )
 
 
-def _regex_findings(loaded: _Loaded) -> list[Finding]:
+def _regex_findings(loaded: LoadedTemplate) -> list[Finding]:
     findings = []
     anchors = [("start_anchor_pattern", loaded.start_anchor)]
     for built in loaded.fields.values():
@@ -393,7 +224,7 @@ def _regex_findings(loaded: _Loaded) -> list[Finding]:
     return findings
 
 
-def _tag_pattern_finding(built: _Field) -> Finding | None:
+def _tag_pattern_finding(built: LoadedField) -> Finding | None:
     """What vLLM's xml-inline parser will trip over: it reads `content_args.tag_pattern` (a regex with a named
     group `key`) only when a response is parsed, so the loader lets these through."""
     where = f"fields.{built.name}.content_args.tag_pattern"
@@ -439,7 +270,7 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
             "`response_schema` is the transformers 5.0-5.14 format; vLLM 0.32 ignores it"
             + ("" if template is not None else " (add a `response_template` for the hf parser)"),
         ))
-    loaded: _Loaded | None = None
+    loaded: LoadedTemplate | None = None
     load_error = serving_error = None
     if present and template is None:
         load_error = (
@@ -449,12 +280,12 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
         findings.append(Finding("template-not-object", load_error))
     elif template is not None:
         try:
-            loaded = _load(template)
+            loaded = load_template(template)
         except (TypeError, ValueError) as exc:
             load_error = serving_error = str(exc)
         if loaded is not None:
             try:
-                _check_serving(loaded)
+                check_serving(loaded)
             except ValueError as exc:
                 serving_error = str(exc)
             findings += _regex_findings(loaded)
@@ -481,16 +312,3 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
         vllm_0_33_rust=rust_verdicts(raw_template, _engine_error(template, serving_error, audit_033.ENGINE_MISSING)),
         sglang_0_5_23=sglang_verdicts(template),
     )
-
-
-def analyze_template(tokenizer_config: dict, timeout: float = ANALYSIS_TIMEOUT_S) -> TemplateAnalysis:
-    """Analyse the metadata of one tokenizer_config.json, bounded in time (raises TemplateAnalysisTimeout) and
-    memory (raises TemplateTooExpensive), in a worker process (`conformance.audit.template_worker`)."""
-    from conformance.audit.template_worker import WORKER
-
-    return WORKER.run(tokenizer_config, timeout)
-
-
-def predict_vllm_startup(tokenizer_config: dict) -> dict[str, StartupVerdict]:
-    """vLLM 0.32's startup outcome for each configuration in CONFIGURATIONS, with vLLM's own message."""
-    return analyze_template(tokenizer_config).vllm_0_32

@@ -17,14 +17,16 @@ import sys
 import threading
 from typing import Any
 
-from conformance.util.limits import limit_memory
-from conformance.util.package_paths import SOURCE_ROOT
 from conformance.audit.template_rules import (
+    ANALYSIS_TIMEOUT_S,
+    StartupVerdict,
     TemplateAnalysis,
     TemplateAnalysisTimeout,
     TemplateTooExpensive,
     analyze_template_unbounded,
 )
+from conformance.util.limits import limit_memory
+from conformance.util.package_paths import SOURCE_ROOT
 
 WORKER_MEMORY_BYTES = 1024 * 1024 * 1024  # the worker's address space (a regex can ask for gigabytes)
 _FRAME_HEADER = struct.Struct(">I")
@@ -116,3 +118,15 @@ class BoundedWorker:
 
 WORKER = BoundedWorker()
 atexit.register(WORKER.stop)
+
+
+def analyze_template(tokenizer_config: dict, timeout: float = ANALYSIS_TIMEOUT_S) -> TemplateAnalysis:
+    """Analyse the metadata of one tokenizer_config.json, bounded in time (raises TemplateAnalysisTimeout) and
+    memory (raises TemplateTooExpensive), in a worker process (`conformance.audit.template_worker`)."""
+
+    return WORKER.run(tokenizer_config, timeout)
+
+
+def predict_vllm_startup(tokenizer_config: dict) -> dict[str, StartupVerdict]:
+    """vLLM 0.32's startup outcome for each configuration in CONFIGURATIONS, with vLLM's own message."""
+    return analyze_template(tokenizer_config).vllm_0_32

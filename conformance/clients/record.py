@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from conformance import __version__
 from conformance.clients.compare import ClientOutcome
 from conformance.clients.jobs import ClientApi, ClientName
 from conformance.record.recording import RecordingError
 from conformance.record.transcript import JsonLinesWriter, iter_json_lines
+from conformance.util.package_paths import load_schema
 
 CLIENTS_FILE = "clients.jsonl"
 CLIENTS_FORMAT = "conformance-clients/1"
@@ -68,8 +70,6 @@ class IdiomFinding:
 def make_header(*, transcripts: Path, run_header: Mapping[str, Any] | None, profile: str | None,
                 server: Mapping[str, Any] | None, clients: Mapping[str, Mapping[str, str | None]],
                 created_at: str) -> dict[str, Any]:
-    from conformance import __version__
-
     return {"record": "header", "format": CLIENTS_FORMAT, "file": "clients", "suite_version": __version__,
             "created_at": created_at, "transcripts": str(transcripts),
             "case_digest": (run_header or {}).get("case_digest"), "profile": profile,
@@ -129,7 +129,6 @@ def _check(path: Path, number: int, definition: str, record: dict[str, Any]) -> 
 def _validator(definition: str) -> Any:
     import jsonschema
 
-    from conformance.util.package_paths import load_schema
 
     schema = load_schema("clients.schema.json")
     return jsonschema.Draft202012Validator({"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]})

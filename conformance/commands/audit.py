@@ -7,9 +7,10 @@ import os
 import sys
 from pathlib import Path
 
-from conformance.util import exit_codes
+from conformance.audit.hub import DEFAULT_WORKERS
 from conformance.commands import add_verb
-from conformance.audit.hub import DEFAULT_WORKERS, OK
+from conformance.formats.checkpoint_files import OK
+from conformance.util import exit_codes
 
 DEFAULT_LIST = Path("checkpoints.yaml")
 LOG_WIDTH = 160  # the table's width when the output is not a terminal (and COLUMNS is not set)
@@ -108,12 +109,16 @@ def _offline_options(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from conformance.audit.checkpoint_audit import CHECKPOINT_FAULTS, audit_checkpoints, audit_local
+    from conformance.audit.checkpoint_audit import (
+        CHECKPOINT_FAULTS,
+        audit_checkpoints,
+        audit_local,
+    )
     from conformance.audit.checkpoint_list import CheckpointsError, revision_warning
     from conformance.audit.hub import HubSettings
     from conformance.audit.offline import check as check_offline
-    from conformance.util.progress import Progress
     from conformance.report.audit.report import STDOUT, AuditReportWriter, render_table
+    from conformance.util.progress import Progress
 
     try:
         entries = _entries(args)

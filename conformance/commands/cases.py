@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from conformance.util import exit_codes
 from conformance.commands import add_verb
+from conformance.util import exit_codes
 
 CHECK_DESCRIPTION = """\
 Validate every *.yaml file of a case directory (default: the shipped suite; DIR/tools.yaml holds

@@ -8,8 +8,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance.util import exit_codes
 from conformance.commands import add_verb
+from conformance.util import exit_codes
 
 DESCRIPTION = """\
 Serve every recorded answer of a run (or of both sides of a gate) byte for byte from a loopback
@@ -61,10 +61,15 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from conformance.clients.record import CLIENTS_FILE, make_header, write_findings
-    from conformance.clients.replay_run import CLIENTS, client_versions, replay, replay_idioms
-    from conformance.record.recording import read_header
+    from conformance.clients.replay_run import (
+        CLIENTS,
+        client_versions,
+        replay,
+        replay_idioms,
+    )
+    from conformance.record.recording import read_header, read_transcripts
+    from conformance.record.transcript import TranscriptError
     from conformance.report.clients import markdown as clients_markdown
-    from conformance.record.transcript import TranscriptError, read_transcripts
 
     found = recordings(args.run_dir)
     if not found:

@@ -7,8 +7,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from conformance.util import exit_codes
 from conformance.commands import add_verb
+from conformance.util import exit_codes
 
 DESCRIPTION = """\
 Put recorded runs of the same cases side by side, one column per server (say legacy, hf, hf-rust,
@@ -48,11 +48,11 @@ def _run_dirs(paths: list[Path]) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from conformance.suite.cases import CaseFileError, load_suite
-    from conformance.compare.gate import read_run_dir
     from conformance.compare.contract_matrix import build_matrix
-    from conformance.report.matrix.view import write_contract_reports
+    from conformance.record.run_dir import read_run_dir
     from conformance.record.transcript import TranscriptError
+    from conformance.report.matrix.write import write_contract_reports
+    from conformance.suite.cases import CaseFileError, load_suite
 
     try:
         recordings = [read_run_dir(path) for path in _run_dirs(args.runs)]

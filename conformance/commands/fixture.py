@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from conformance.util import exit_codes
 from conformance.commands import add_verb
+from conformance.util import exit_codes
 
 DESCRIPTION = """\
 Write the tiny deterministic checkpoint that real vLLM serves in this project's tests: a Qwen3

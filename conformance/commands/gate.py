@@ -9,10 +9,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from conformance.util import exit_codes
 from conformance.commands import add_verb
 from conformance.formats.tiny_checkpoint import VARIANTS
-from conformance.run.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
+from conformance.run.driver import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_TIMEOUT,
+    FORCING_CHOICES,
+    FORCING_HELP,
+    forcing_fields,
+)
+from conformance.util import exit_codes
 
 GATE_DESCRIPTION = """\
 Run the same cases against a baseline and a candidate server and report every difference a client
@@ -123,8 +129,8 @@ def _expectations(args: argparse.Namespace, pair: tuple[str, str] | None) -> tup
 
 def _check_selectors(entries: list[Any], recordings: list[Any], cases_dir: Path | None) -> list[str]:
     """Entries naming a case or feature neither the recordings nor the case set know (typos)."""
-    from conformance.suite.cases import CaseFileError, load_features, load_suite
     from conformance.compare.expectations import unknown_selectors
+    from conformance.suite.cases import CaseFileError, load_features, load_suite
 
     case_ids = {t.case_id for recording in recordings for t in recording.transcripts}
     try:
@@ -169,7 +175,8 @@ def _write_gate_reports(out_dir: Path, gate: dict[str, Any]) -> dict[str, Path]:
 
 def run_compare(args: argparse.Namespace) -> int:
     from conformance.compare.expectations import ExpectationsError
-    from conformance.compare.gate import build_gate, read_run_dir
+    from conformance.compare.gate import build_gate
+    from conformance.record.run_dir import read_run_dir
     from conformance.record.transcript import TranscriptError
 
     try:
@@ -199,19 +206,19 @@ def _recorded_cors(gate_dir: Path) -> dict[str, Any] | None:
 
 
 def run_gate(args: argparse.Namespace) -> int:
-    from conformance.suite.cases import CaseFileError, load_features, load_suite
-    from conformance.run.engine import select_cases
     from conformance.compare.expectations import ExpectationsError
     from conformance.compare.gate import build_gate
+    from conformance.report.run.write import write_side_reports
+    from conformance.run.engine import select_cases
     from conformance.run.gate_sides import (
         DEFAULT_ORIGIN,
         GateSetupError,
         GateSide,
         run_gate_sides,
         targets_for,
-        write_side_reports,
     )
     from conformance.servers.profiles import launchable_profiles
+    from conformance.suite.cases import CaseFileError, load_features, load_suite
 
     sides = []
     for name in ("baseline", "candidate"):

@@ -8,9 +8,9 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance.util import exit_codes
-from conformance.run.checks.checks import SKIP_KINDS
 from conformance.commands import add_verb
+from conformance.record.outcomes import SKIP_KINDS
+from conformance.util import exit_codes
 
 DESCRIPTION = """\
 Re-judge the transcripts of an earlier `conformance run` against the current case definitions and
@@ -39,13 +39,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from conformance.suite.cases import CaseFileError, load_suite
-    from conformance.run.engine import CheckpointError, markers_for_checkpoint, recheck, write_reports
-    from conformance.record.recording import make_header
-    from conformance.report.run.jsonl import write_results
-    from conformance.report.stamp import stamp_of_recording
+    from conformance.formats.markers import CheckpointError, markers_for_checkpoint
+    from conformance.record.recording import make_header, read_transcripts
     from conformance.record.results import RESULTS_FILE, summarize
-    from conformance.record.transcript import TranscriptError, read_transcripts
+    from conformance.record.run_dir import write_results
+    from conformance.record.stamp import stamp_of_recording
+    from conformance.record.transcript import TranscriptError
+    from conformance.report.run.write import write_reports
+    from conformance.run.engine import recheck
+    from conformance.suite.cases import CaseFileError, load_suite
 
     if args.out == Path("-"):
         print("conformance recheck: error: --out is the directory for the reports; `-` (standard output) "

@@ -14,10 +14,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from conformance.util import exit_codes
-from conformance.run.checks.checks import SKIP_KINDS
 from conformance.commands import add_verb
 from conformance.formats.tiny_checkpoint import VARIANTS
+from conformance.record.outcomes import SKIP_KINDS
 from conformance.run.driver import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_LINE_BYTES,
@@ -26,6 +25,7 @@ from conformance.run.driver import (
     FORCING_HELP,
     forcing_fields,
 )
+from conformance.util import exit_codes
 
 DESCRIPTION = """\
 Send every case (streaming and non-streaming unless a case says otherwise) to an OpenAI-compatible
@@ -92,8 +92,9 @@ def _usage_error(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from conformance.formats.markers import CheckpointError
+    from conformance.run.engine import known_profiles, select_cases
     from conformance.suite.cases import CaseFileError, load_features, load_suite
-    from conformance.run.engine import CheckpointError, known_profiles, select_cases
 
     if args.base_url and not (args.model and args.profile):
         return _usage_error("--base-url needs --model and --profile")
@@ -141,9 +142,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out_dir: Path,
                     args: argparse.Namespace) -> int:
+    from conformance.report.run.write import write_reports
     from conformance.run.engine import request_count
     from conformance.run.engine import run as run_engine
-    from conformance.run.engine import write_reports
 
     try:
         output = run_engine(
@@ -183,10 +184,11 @@ def problem_lines(results: list[Any], width: int = 160) -> list[str]:
 def _report_interrupted_run(out_dir: Path, expected: int, target: Any) -> int:
     """Reports from what an interrupted run had already written (results are flushed as judged); interrupted
     before any answer was recorded, the reports say that nothing was judged."""
-    from conformance.run.engine import write_reports
-    from conformance.report.stamp import make_stamp, stamp_of_recording
+    from conformance.record.recording import read_transcripts
     from conformance.record.results import RESULTS_FILE, read_results
-    from conformance.record.transcript import TRANSCRIPTS_FILE, read_transcripts
+    from conformance.record.stamp import make_stamp, stamp_of_recording
+    from conformance.record.transcript import TRANSCRIPTS_FILE
+    from conformance.report.run.write import write_reports
 
     recorded = (out_dir / TRANSCRIPTS_FILE).is_file()
     transcripts = read_transcripts(out_dir / TRANSCRIPTS_FILE) if recorded else []
@@ -209,8 +211,8 @@ class TargetError(Exception):
 @contextlib.contextmanager
 def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tuple[str, ...]]]:
     """(Target, markers) for an attached server, or for a freshly launched one (stopped on exit)."""
+    from conformance.formats.markers import markers_for_checkpoint
     from conformance.run.driver import Target
-    from conformance.run.engine import markers_for_checkpoint
 
     if args.base_url:
         yield Target(
@@ -220,8 +222,8 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
         ), markers_for_checkpoint(args.checkpoint)  # fmt: skip
         return
     from conformance.formats.tiny_checkpoint import build_fixture
-    from conformance.servers.profiles import PROFILES
     from conformance.servers.launch import ServerStartError, launch
+    from conformance.servers.profiles import PROFILES
 
     variant = args.fixture_variant or PROFILES[args.launch].fixture_variant
     checkpoint = build_fixture(out_dir / "checkpoint", variant=variant)

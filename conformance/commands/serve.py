@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from conformance.util import exit_codes
 from conformance.commands import add_verb
+from conformance.util import exit_codes
 
 DESCRIPTION = """\
 Start the real server of one profile (its record in conformance/profiles.py: for vLLM,

@@ -3,7 +3,7 @@ transformers-serve...), one row per behaviour (case x mode, grouped by feature),
 what each server did (refusal status and param, the parsed message, how it streamed, finish_reason,
 the CORS preflight answer) and where the servers differ.
 
-A pure function of the recordings (`conformance.compare.gate.read_run_dir`), so servers are run once and the
+A pure function of the recordings (`conformance.record.run_dir.read_run_dir`), so servers are run once and the
 matrix is rendered as often as wanted (`conformance contract RUN_DIR...`). A cell differs when the gate's
 own comparison (`conformance.compare.diff.diff_pair`) finds a client-visible difference between it and the
 row's reference cell (the first column that answered); the case's pass/fail outcome, which depends on
@@ -16,9 +16,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from conformance import __version__
 from conformance.compare.diff import Pair, diff_pair
-from conformance.compare.gate import Recording, answer_summary
+from conformance.compare.gate import answer_summary
 from conformance.record.results import CaseResult, summarize
+from conformance.record.run_dir import Recording
 from conformance.record.transcript import Transcript
 
 MATRIX_FORMAT = "conformance-matrix/1"
@@ -68,8 +70,6 @@ def build_matrix(recordings: Sequence[Recording], references: Mapping[str, Seque
                  ) -> dict[str, Any]:
     """The matrix of `recordings` (in column order); `references` maps case ids to their contract
     references (from the case files, when known)."""
-    from conformance import __version__
-
     labels = column_labels(recordings)
     indexed = [_by_key(r) for r in recordings]
     keys: dict[tuple[str, str], None] = {}

@@ -24,6 +24,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from conformance.record.results import CaseResult
+from conformance.record.transcript import Transcript
 from conformance.record.wire import (
     Message,
     StreamReading,
@@ -34,8 +36,6 @@ from conformance.record.wire import (
     response_message,
     usage_of,
 )
-from conformance.record.results import CaseResult
-from conformance.record.transcript import Transcript
 
 DifferenceKind = Literal["request_refused", "request_accepted", "message", "reasoning_field", "finish_reason",
                          "stream_shape", "usage", "client_replay", "outcome"]

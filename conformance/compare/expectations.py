@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from conformance.compare.diff import Difference
-from conformance.util.package_paths import SHIPPED_EXPECTATIONS_DIR
+from conformance.util import safe_yaml
+from conformance.util.locations import format_path, node_line
+from conformance.util.package_paths import SHIPPED_EXPECTATIONS_DIR, load_schema
 
 SHIPPED_DIR = SHIPPED_EXPECTATIONS_DIR
 DEFAULT_PAIR_FILE = SHIPPED_DIR / "vllm-0.32-legacy-to-hf.yaml"  # the expectations of the default gate
@@ -86,9 +88,6 @@ def load_expectations(path: Path) -> list[Acknowledgement]:
     """The entries of an expectations file, or ExpectationsError listing every problem."""
     import jsonschema
 
-    from conformance.util import safe_yaml
-    from conformance.util.locations import format_path, node_line
-    from conformance.util.package_paths import load_schema
 
     try:
         node, data = safe_yaml.load_file(path)

@@ -12,56 +12,44 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-from conformance.util import exit_codes
-from conformance.record.wire import error_object, message_view, read_stream, response_message
-from conformance.compare.diff import Difference, Pair, diff_pair, pair_runs, stream_shape
+from conformance import __version__
+from conformance.compare.diff import (
+    Difference,
+    Pair,
+    diff_pair,
+    pair_runs,
+    stream_shape,
+)
 from conformance.compare.expectations import Acknowledgement, acknowledge
-from conformance.record.results import CaseResult, summarize
 from conformance.compare.timing import timing_section
+from conformance.record.results import summarize
+from conformance.record.run_dir import Recording
 from conformance.record.transcript import Transcript
+from conformance.record.wire import (
+    error_object,
+    message_view,
+    read_stream,
+    response_message,
+)
+from conformance.servers.profiles import cors_advice_for
+from conformance.util import exit_codes
 
 GATE_FORMAT = "conformance-gate/1"
+
+
 GATE_FILE = "gate.json"
+
+
 SIDES = ("baseline", "candidate")
+
+
 NEWLY_BAD = ("fail", "error")
+
+
 EXCERPT_REQUEST_SKIP = {"messages", "input", "tools", "model", "structured_outputs", "return_token_ids"}
-
-
-@dataclass
-class Recording:
-    """One side of a gate: a run's transcripts, results and stamp, and a label for people."""
-
-    label: str
-    transcripts: Sequence[Transcript]
-    results: Sequence[CaseResult]
-    stamp: Mapping[str, Any]
-    run_dir: str | None = None
-    startup_seconds: float | None = None  # the server's start to healthy, when the gate launched it
-
-
-def read_run_dir(run_dir: Path, label: str | None = None) -> Recording:
-    """A recorded run directory (`conformance run --out DIR`, or one side of a gate)."""
-    from conformance.report.run.jsonl import RUN_FILE
-    from conformance.report.stamp import stamp_of_recording
-    from conformance.record.results import RESULTS_FILE, read_results
-    from conformance.record.transcript import TRANSCRIPTS_FILE, TranscriptError, read_transcripts
-
-    transcripts = read_transcripts(run_dir / TRANSCRIPTS_FILE)
-    results = read_results(run_dir / RESULTS_FILE)
-    if not transcripts:
-        raise TranscriptError(f"{run_dir / TRANSCRIPTS_FILE}: no transcripts in this run")
-    try:
-        stamp = json.loads((run_dir / RUN_FILE).read_text("utf-8"))["stamp"]
-    except (OSError, ValueError, KeyError, TypeError):
-        stamp = stamp_of_recording(transcripts)
-    if not isinstance(stamp, dict):
-        stamp = stamp_of_recording(transcripts)
-    return Recording(label or str(stamp.get("profile") or run_dir.name), transcripts, results, stamp, str(run_dir))
 
 
 def build_gate(baseline: Recording, candidate: Recording, entries: Sequence[Acknowledgement] = (), *,
@@ -69,8 +57,6 @@ def build_gate(baseline: Recording, candidate: Recording, entries: Sequence[Ackn
                expectations: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The gate record of two recordings (see the module docstring and docs/gate-format.md);
     `expectations` says where `entries` come from (`{"file": ..., "note": ...}`)."""
-    from conformance import __version__
-
     pairs = pair_runs((baseline.transcripts, baseline.results), (candidate.transcripts, candidate.results))
     by_pair = [(pair, diff_pair(pair)) for pair in pairs]
     differences = [difference for _, found in by_pair for difference in found]
@@ -106,8 +92,6 @@ def exit_code_of(gate: Mapping[str, Any]) -> int:
 
 
 def _side(recording: Recording, cors: Mapping[str, Any] | None) -> dict[str, Any]:
-    from conformance.servers.profiles import cors_advice_for
-
     summary = summarize(recording.results)
     profile = str(recording.stamp.get("profile") or recording.label)
     return {"label": recording.label, "run_dir": recording.run_dir, "stamp": dict(recording.stamp),
@@ -152,9 +136,6 @@ def _verdict(pairs: Sequence[Pair], matched: Sequence[tuple[Difference, Acknowle
     else:
         outcome, code = "pass", exit_codes.OK
     return {"exit_code": code, "outcome": outcome, "line": line, **counts}
-
-
-# --- the client-owner view --------------------------------------------------------------------
 
 
 def _excerpt(pair: Pair, difference: Difference) -> dict[str, Any]:

@@ -13,9 +13,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from conformance.util.json_codec import parse_json
-from conformance.record.wire import REASONING_KEYS
 from conformance.record.transcript import Transcript
+from conformance.record.wire import REASONING_KEYS
+from conformance.util.json_codec import parse_json
 
 Metric = Literal["first_byte", "first_reasoning", "first_content", "first_tool_name", "tool_call_complete"]
 METRICS: tuple[Metric, ...] = ("first_byte", "first_reasoning", "first_content", "first_tool_name",

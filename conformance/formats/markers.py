@@ -5,10 +5,11 @@ template is unknown."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from conformance.formats.checkpoint_files import FetchError, read_tokenizer_config
 from conformance.formats.tiny_checkpoint import MARKER_TOKENS
-
 
 # Qwen3/Hermes delimiters: the markers checked when the served checkpoint's template is unknown.
 DEFAULT_MARKERS = MARKER_TOKENS
@@ -56,3 +57,19 @@ def _pattern_literal(pattern: Any) -> str | None:
         else:
             literal.append(char)
     return "".join(literal) if not escaped else None
+
+
+class CheckpointError(Exception):
+    """A local checkpoint's tokenizer_config.json cannot be read."""
+
+
+def markers_for_checkpoint(checkpoint: Path | None) -> tuple[str, ...]:
+    """The delimiters checked for leaks: from the checkpoint's response_template, else the defaults."""
+    if checkpoint is None:
+        return template_markers(None)
+
+    try:
+        config = read_tokenizer_config(checkpoint / "tokenizer_config.json")
+    except FetchError as exc:  # it names the file (and line); say which directory
+        raise CheckpointError(f"{checkpoint}/{exc}") from exc
+    return template_markers(config.get("response_template"))

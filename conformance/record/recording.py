@@ -19,8 +19,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from conformance import __version__
 from conformance.record.case_model import Case
-from conformance.record.transcript import TranscriptError, iter_json_lines
+from conformance.record.transcript import Transcript, TranscriptError, iter_json_lines
+from conformance.util.locations import format_path
+from conformance.util.package_paths import load_schema
 
 RUN_FORMAT = "conformance-run/1"
 HEADER_RECORD = "header"
@@ -65,8 +68,6 @@ def _jsonable(value: Any) -> Any:
 def make_header(file: RecordingFile, *, cases: Sequence[Case], markers: Sequence[str], server: Mapping[str, Any],
                 created_at: str) -> dict[str, Any]:
     """The first record of a run's `file` (server: a `ServerStamp` as a dict)."""
-    from conformance import __version__
-
     return {
         "record": HEADER_RECORD,
         "format": RUN_FORMAT,
@@ -94,7 +95,6 @@ def _validator(definition: str) -> Any:
     import jsonschema
     from referencing import Registry, Resource
 
-    from conformance.util.package_paths import load_schema
 
     schemas = [load_schema(name) for name in SCHEMAS.values()]
     registry = Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in schemas)
@@ -107,7 +107,6 @@ def _problem(definition: str, record: Any) -> str | None:
     errors = sorted(_validator(definition).iter_errors(record), key=lambda e: (len(e.absolute_path), e.message))
     if not errors:
         return None
-    from conformance.util.locations import format_path
 
     error = errors[0]
     where = format_path(list(error.absolute_path))
@@ -147,3 +146,18 @@ def _checked_header(path: Path, number: int, file: RecordingFile, record: dict[s
     if record["file"] != file:
         raise RecordingError(f"{path}:{number}: the header says this is a {record['file']} file, not {file}")
     return record
+
+
+def read_transcripts(path: Path) -> list[Transcript]:
+    """Every transcript of a JSON-lines file; a record that is not one raises TranscriptError naming the line."""
+
+    transcripts = []
+    for number, record in records(path, "transcripts"):
+        try:
+            transcript = Transcript.from_dict(record)
+        except KeyError as exc:
+            raise TranscriptError(f"{path}:{number}: not a transcript: missing field {exc}") from exc
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise TranscriptError(f"{path}:{number}: not a transcript: {exc}") from exc
+        transcripts.append(transcript)
+    return transcripts

@@ -4,7 +4,7 @@
   blocking);
 * fail: a contract or expectation check failed (check name, expected, actual in `checks`);
 * skip: the case could not be judged for a reason about the server's capabilities or the run's
-  choices, a named `skip_kind` (`conformance.run.checks.checks.SkipKind`); `skip_allowed` when the case declares
+  choices, a named `skip_kind` (`conformance.record.outcomes.SkipKind`); `skip_allowed` when the case declares
   it or the user allowed the kind;
 * error: the tool could not judge (connection refused, 5xx, an HTTP error about the setup such as
   401/404/429, timeout, invalid SSE). Never a pass.
@@ -21,10 +21,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.util import exit_codes
 from conformance.record.case_model import Case, Mode
-from conformance.run.checks.checks import BLOCKING_KINDS, ERROR, FAIL, FINDING, PASS, SCHEMA, SKIP, Check, SkipKind
+from conformance.record.outcomes import (
+    BLOCKING_KINDS,
+    ERROR,
+    FAIL,
+    FINDING,
+    PASS,
+    SCHEMA,
+    SKIP,
+    Check,
+    SkipKind,
+)
+from conformance.record.recording import records
 from conformance.record.transcript import Transcript, TranscriptError
+from conformance.util import exit_codes
 
 OUTCOMES = (PASS, FAIL, SKIP, ERROR)
 RESULTS_FILE = "results.jsonl"
@@ -216,8 +227,6 @@ def failed_findings(results: Iterable[CaseResult]) -> list[tuple[CaseResult, Che
 
 def read_results(path: Path) -> list[CaseResult]:
     """Every result of a `results.jsonl`; a record that is not one raises TranscriptError naming the line."""
-    from conformance.record.recording import records
-
     results = []
     for number, record in records(path, "results"):
         try:

@@ -3,7 +3,7 @@
 One transcript per line of `transcripts.jsonl`, written and flushed as soon as its request finishes,
 so a crash loses nothing already received. A transcript holds the exact request body, the HTTP
 status, the error body, every raw SSE `data:` line with its arrival time, the non-streaming response
-JSON, transport errors, and a stamp of the server it came from. Checks (`conformance.run.checks.checks`) read
+JSON, transport errors, and a stamp of the server it came from. Checks (`conformance.run.checks`) read
 transcripts only, which is what makes `conformance recheck` and a future two-run diff possible.
 """
 
@@ -62,7 +62,7 @@ class Transcript:
     response: dict[str, Any] | None = None  # non-streaming JSON body; a preflight's {"headers", "body"}
     transport_error: str | None = None  # connection refused, timeout, broken stream...
     skip_reason: str | None = None  # the request was not sent (e.g. the server cannot force outputs)
-    skip_kind: str | None = None  # its kind (conformance.run.checks.checks.SkipKind)
+    skip_kind: str | None = None  # its kind (conformance.record.outcomes.SkipKind)
     # Forced requests: what the server's tokenizer says of the returned token ids (conformance.servers.forcing):
     # [] = exactly the forced text, every marker as its single token; None = could not be verified.
     forcing_problems: list[str] | None = None
@@ -149,22 +149,6 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not isinstance(record, dict):
                 raise TranscriptError(f"{path}:{number}: expected a JSON object per line")
             yield number, record
-
-
-def read_transcripts(path: Path) -> list[Transcript]:
-    """Every transcript of a JSON-lines file; a record that is not one raises TranscriptError naming the line."""
-    from conformance.record.recording import records
-
-    transcripts = []
-    for number, record in records(path, "transcripts"):
-        try:
-            transcript = Transcript.from_dict(record)
-        except KeyError as exc:
-            raise TranscriptError(f"{path}:{number}: not a transcript: missing field {exc}") from exc
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise TranscriptError(f"{path}:{number}: not a transcript: {exc}") from exc
-        transcripts.append(transcript)
-    return transcripts
 
 
 def group_by_key(transcripts: Iterable[Transcript]) -> dict[tuple[str, str, int], dict[str, Transcript]]:

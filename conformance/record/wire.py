@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.record.case_model import MESSAGE_FIELDS
-from conformance.util.json_codec import parse_json
 from conformance.record.transcript import Transcript
-
+from conformance.util.json_codec import parse_json
 
 VIEW_FIELDS = (*MESSAGE_FIELDS, "finish_reason")  # what message comparisons look at
 

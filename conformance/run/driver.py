@@ -5,7 +5,7 @@ Requests go through the async `openai` client (`AsyncOpenAI`, retries off) as it
 `with_streaming_response` does): the raw SSE lines are recorded as they arrive (a broken stream is
 recorded as far as it got, never "fixed" by the SDK). The typed `create()` methods would only walk
 the body once more to produce the same JSON; openai-python's own reading of the stream is judged
-apart, by replaying the recording (`conformance.run.checks.checks.finding_client_replay`). A CORS preflight
+apart, by replaying the recording (`conformance.run.checks.findings.finding_client_replay`). A CORS preflight
 (`endpoint: preflight`) goes out as a browser sends it, through the HTTP client under the openai
 client (`Clients`). Whatever goes wrong (refused connection, timeout, a connection dropped
 mid-stream) ends up in the transcript, not as an exception.
@@ -24,9 +24,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from conformance.record.case_model import Case, Mode
-from conformance.run.checks.checks import SkipKind
-from conformance.util.json_codec import parse_json
+from conformance.record.outcomes import SkipKind
 from conformance.record.transcript import ServerStamp, SseLine, Transcript
+from conformance.util.json_codec import parse_json
+from conformance.util.side_requests import in_daemon_thread
 
 if TYPE_CHECKING:
     from conformance.servers.profiles import CommandVersionProbe, VersionProbe
@@ -147,7 +148,6 @@ async def fetch_server_version(clients: Clients, target: Target, probe: VersionP
     import httpx2
     import openai
 
-    from conformance.util.side_requests import in_daemon_thread
 
     if probe is None:
         return None

@@ -12,16 +12,38 @@ import asyncio
 import contextlib
 import functools
 import gc
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Sequence,
+)
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
+from conformance.formats.markers import DEFAULT_MARKERS
 from conformance.record.case_model import MODES, Case, Mode
-from conformance.run.checks.checks import Check, shape_failure, shape_problems, SkipKind
-from conformance.run.judge import judge
-from conformance.formats.markers import DEFAULT_MARKERS, template_markers
+from conformance.record.outcomes import Check, SkipKind
+from conformance.record.recording import make_header
+from conformance.record.results import (
+    RESULTS_FILE,
+    CaseResult,
+    Summary,
+    make_result,
+    summarize,
+)
+from conformance.record.stamp import make_stamp
+from conformance.record.transcript import (
+    TRANSCRIPTS_FILE,
+    JsonLinesWriter,
+    Transcript,
+    group_by_key,
+)
+from conformance.run.checks.shape import shape_failure, shape_problems
 from conformance.run.driver import (
     DEFAULT_CONCURRENCY,
     Target,
@@ -30,24 +52,15 @@ from conformance.run.driver import (
     request_body,
     send,
 )
-from conformance.servers.forcing import VERIFIED_ENDPOINTS, ServerTokenizer
+from conformance.run.judge import judge
+from conformance.servers.forcing import (
+    VERIFIED_ENDPOINTS,
+    ForcingUnsupported,
+    ServerRefused,
+    TokensUnavailable,
+)
 from conformance.servers.profiles import PROFILES, expectation_for, profile_record
 from conformance.util.progress import Progress
-from conformance.record.recording import make_header
-from conformance.report.stamp import make_stamp
-from conformance.record.results import (
-    RESULTS_FILE,
-    CaseResult,
-    Summary,
-    make_result,
-    summarize,
-)
-from conformance.record.transcript import (
-    TRANSCRIPTS_FILE,
-    JsonLinesWriter,
-    Transcript,
-    group_by_key,
-)
 
 
 @dataclass
@@ -66,23 +79,6 @@ def request_count(cases: Sequence[Case], repeat: int = 1) -> int:
 def case_modes(case: Case) -> tuple[Mode, ...]:
     wanted = tuple(case.modes or MODES)
     return tuple(mode for mode in MODES if mode in wanted)  # non-stream first: the stream is judged against it
-
-
-class CheckpointError(Exception):
-    """A local checkpoint's tokenizer_config.json cannot be read."""
-
-
-def markers_for_checkpoint(checkpoint: Path | None) -> tuple[str, ...]:
-    """The delimiters checked for leaks: from the checkpoint's response_template, else the defaults."""
-    if checkpoint is None:
-        return template_markers(None)
-    from conformance.audit.hub import FetchError, read_tokenizer_config
-
-    try:
-        config = read_tokenizer_config(checkpoint / "tokenizer_config.json")
-    except FetchError as exc:  # it names the file (and line); say which directory
-        raise CheckpointError(f"{checkpoint}/{exc}") from exc
-    return template_markers(config.get("response_template"))
 
 
 def known_profiles(cases: Iterable[Case]) -> set[str]:
@@ -172,7 +168,6 @@ async def _forcing_for(case: Case, target: Target, natural: bool,
     if target.can_force is False:
         reason = f"server {target.shown_url} cannot force outputs: {target.cannot_force_reason or 'as told'}"
         return None, NotSent(target.cannot_force_kind, reason)
-    from conformance.servers.forcing import ForcingUnsupported, TokensUnavailable
 
     method = profile_record(target.profile).forcing
     try:  # a method that names tokens asks its tokenizer (a server's, a checkpoint's): within --timeout
@@ -196,7 +191,6 @@ async def resolve_forcing(target: Target, cases: Sequence[Case], natural: bool) 
     `forcing_error`: the forced cases are then errors, never skips nor assumed to be forced."""
     if target.can_force is not None or natural or all(case.force is None for case in cases):
         return target
-    from conformance.servers.forcing import ForcingUnsupported, ServerRefused
 
     method = profile_record(target.profile).forcing
     try:  # the probe and its verification, within --timeout
@@ -214,7 +208,6 @@ def _probe_failure(exc: BaseException, timeout: float) -> str:
     """What went wrong with the forcing probe, in the words of the server where it answered."""
     import urllib.error
 
-    from conformance.servers.forcing import ServerRefused
 
     if isinstance(exc, (ServerRefused, ValueError)):
         return str(exc)
@@ -223,37 +216,6 @@ def _probe_failure(exc: BaseException, timeout: float) -> str:
     if isinstance(exc, urllib.error.URLError):
         return f"connection failed: {exc.reason}"
     return f"{type(exc).__name__}: {exc}"
-
-
-async def verify_forcing(tokenizer: ServerTokenizer, case: Case, transcript: Transcript,
-                         markers: Sequence[str]) -> list[str] | None:
-    """Problems with a forced output that came back (see `conformance.servers.forcing.verify_forced_output`),
-    checking through the server's `tokenizer` (a `ServerTokenizer`, one per run) that each of `markers`
-    in the text was emitted as its single token; None when it cannot be verified (no token ids, no
-    tokenizer endpoints, an unreachable server, answers of another shape)."""
-    from conformance.record.wire import read_stream, response_message
-    from conformance.servers.forcing import (
-        ForcingUnsupported,
-        ServerRefused,
-        token_ids_of,
-        token_ids_of_stream,
-        verify_forced_output,
-    )
-
-    try:  # an answer of the wrong shape cannot be verified; judging reports it as a `response_shape` fail
-        if transcript.mode == "stream":
-            reading = read_stream(transcript)
-            token_ids, message = token_ids_of_stream(reading.chunks), reading.message
-        else:
-            token_ids, message = token_ids_of(transcript.response or {}), response_message(transcript)
-        # Non-streaming answers report `tool_calls`, not `length`, for a call parsed from a cut output
-        # (contract 3.5), so a cut is also told by the token count reaching the request's limit.
-        limit = transcript.request.get("max_completion_tokens") or transcript.request.get("max_tokens")
-        truncated = (message is not None and message.finish_reason == "length") or bool(
-            limit and token_ids and len(token_ids) >= limit)
-        return await verify_forced_output(tokenizer, case.force, token_ids, markers, truncated=truncated)
-    except (ForcingUnsupported, ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError):
-        return None
 
 
 Verified = TypeVar("Verified")
@@ -458,24 +420,3 @@ def _recording_mismatch(case: Case | None, transcript: Transcript) -> str | None
     if differing:
         return f"case {case.id!r} changed since it was recorded: the request differs in {', '.join(differing)}"
     return None
-
-
-REPORT_FILES = {"markdown": "report.md", "junit": "junit.xml", "html": "report.html"}
-
-
-def write_reports(out_dir: Path, results: Sequence[CaseResult], stamp: dict[str, Any],
-                  transcripts: Sequence[Transcript] = ()) -> dict[str, Path]:
-    """Render every report of one run into `out_dir` (results.jsonl is written while running);
-    returns {kind: path}."""
-    from conformance.report.run import html, junit, markdown
-    from conformance.report.run.jsonl import RUN_FILE, write_run_summary
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {kind: out_dir / name for kind, name in REPORT_FILES.items()}
-    # backslashreplace: a lone surrogate a server sent is shown as its escape, not a crash of the writer
-    paths["markdown"].write_text(markdown.render(results, stamp), "utf-8", "backslashreplace")
-    paths["junit"].write_text(junit.render(results, stamp, transcripts), "utf-8", "backslashreplace")
-    paths["html"].write_text(html.render(results, stamp, transcripts), "utf-8", "backslashreplace")
-    paths["run"] = out_dir / RUN_FILE
-    write_run_summary(paths["run"], stamp, summarize(results))
-    return paths

@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conformance.formats.markers import markers_for_checkpoint
 from conformance.record.case_model import PREFLIGHT_MODES, Case
+from conformance.record.run_dir import Recording
 from conformance.run.driver import Target, make_clients, send
-from conformance.run.engine import RunOutput, markers_for_checkpoint, run_async, write_reports
-from conformance.compare.gate import Recording
+from conformance.run.engine import RunOutput, run_async
+from conformance.servers.launch import ServerStartError, start
 
 DEFAULT_ORIGIN = "http://localhost:3000"
 
@@ -53,8 +55,6 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
     """(a Target per side, `release`); launched servers all start at once. `release()` starts stopping
     them all in the background (the caller writes its reports meanwhile); leaving waits until every
     one is stopped, released or not. `meanwhile` runs while the servers boot (say, imports for later)."""
-    from conformance.servers.launch import ServerStartError, start
-
     launched: dict[str, Any] = {}
     for side in sides:
         if side.base_url is not None:
@@ -137,12 +137,6 @@ def run_gate_sides(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Path
         recordings.append(Recording(run.side.profile, run.output.transcripts, run.output.results, run.output.stamp,
                                     run.side.name, run.startup_seconds))
     return recordings, cors
-
-
-def write_side_reports(out_dir: Path, recordings: Sequence[Recording]) -> None:
-    """Each side's own run reports (report.md, junit.xml, report.html, run.json) in its directory."""
-    for recording in recordings:
-        write_reports(out_dir / str(recording.run_dir), recording.results, recording.stamp, recording.transcripts)
 
 
 def preflight_case(origin: str) -> Case:

@@ -1,4 +1,4 @@
-"""Judging: every check that applies to one transcript (`conformance.run.checks.checks`, `client_keys`,
+"""Judging: every check that applies to one transcript (`conformance.run.checks`, `client_keys`,
 `checks_usage`), chosen by the case, its expectation for the profile, the mode and the endpoint.
 Pure: recorded transcripts in, `Check`s out, so a run can be judged again offline."""
 
@@ -6,40 +6,49 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from conformance.formats.markers import DEFAULT_MARKERS
 from conformance.record.case_model import Case
-from conformance.run.checks.checks import (
-    ERROR,
-    EXPECTATION,
-    FAIL,
+from conformance.record.outcomes import ERROR, EXPECTATION, FAIL, PASS, SKIP, Check
+from conformance.record.transcript import Transcript
+from conformance.record.wire import (
+    Message,
+    error_object,
+    error_text,
+    read_stream,
+    response_message,
+)
+from conformance.run.checks.client_keys import client_key_checks
+from conformance.run.checks.contract import (
     NO_ROUTE_STATUSES,
-    PASS,
-    SKIP,
-    Check,
     check_arguments_json,
     check_arguments_schema,
-    check_expected_error,
-    check_expected_message,
-    check_expected_streaming,
     check_marker_leaks,
-    check_natural,
     check_stream_equals_non_stream,
     check_stream_framing,
     check_tool_call_deltas,
     check_tool_call_shape,
     check_transport,
+)
+from conformance.run.checks.expectations import (
+    check_expected_error,
+    check_expected_message,
+    check_expected_streaming,
+    check_natural,
     expected_view,
+)
+from conformance.run.checks.findings import (
     finding_client_replay,
     finding_forced_output,
     finding_reasoning_field,
     finding_tool_call_streaming,
 )
 from conformance.run.checks.usage import check_expected_usage
-from conformance.run.checks.client_keys import client_key_checks
 from conformance.servers.forcing import VERIFIED_ENDPOINTS
-from conformance.formats.markers import DEFAULT_MARKERS
-from conformance.servers.profiles import expectation_chain, expectation_for, profile_record
-from conformance.record.transcript import Transcript
-from conformance.record.wire import Message, error_object, error_text, read_stream, response_message
+from conformance.servers.profiles import (
+    expectation_chain,
+    expectation_for,
+    profile_record,
+)
 
 
 def judge(

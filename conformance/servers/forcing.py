@@ -35,7 +35,17 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from conformance.formats.tiny_checkpoint import MARKER_TOKENS
-from conformance.util.side_requests import KeptAliveJson, http_error_text, in_daemon_thread, post_json
+from conformance.record.case_model import Case
+from conformance.record.transcript import (
+    Transcript,
+)
+from conformance.record.wire import read_stream, response_message
+from conformance.util.side_requests import (
+    KeptAliveJson,
+    http_error_text,
+    in_daemon_thread,
+    post_json,
+)
 
 VERIFIED_ENDPOINTS = frozenset({"chat"})  # token ids are read from Chat Completions answers only
 PROBE_TEXT = "<think>\nok\n</think>\n\nok"
@@ -307,3 +317,25 @@ async def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key
             "the server did not honour a forced output (a vLLM server with a reasoning parser needs "
             """--structured-outputs-config '{"enable_in_reasoning": true}'): """ + "; ".join(problems)
         )
+
+
+async def verify_forcing(tokenizer: ServerTokenizer, case: Case, transcript: Transcript,
+                         markers: Sequence[str]) -> list[str] | None:
+    """Problems with a forced output that came back (see `conformance.servers.forcing.verify_forced_output`),
+    checking through the server's `tokenizer` (a `ServerTokenizer`, one per run) that each of `markers`
+    in the text was emitted as its single token; None when it cannot be verified (no token ids, no
+    tokenizer endpoints, an unreachable server, answers of another shape)."""
+    try:  # an answer of the wrong shape cannot be verified; judging reports it as a `response_shape` fail
+        if transcript.mode == "stream":
+            reading = read_stream(transcript)
+            token_ids, message = token_ids_of_stream(reading.chunks), reading.message
+        else:
+            token_ids, message = token_ids_of(transcript.response or {}), response_message(transcript)
+        # Non-streaming answers report `tool_calls`, not `length`, for a call parsed from a cut output
+        # (contract 3.5), so a cut is also told by the token count reaching the request's limit.
+        limit = transcript.request.get("max_completion_tokens") or transcript.request.get("max_tokens")
+        truncated = (message is not None and message.finish_reason == "length") or bool(
+            limit and token_ids and len(token_ids) >= limit)
+        return await verify_forced_output(tokenizer, case.force, token_ids, markers, truncated=truncated)
+    except (ForcingUnsupported, ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError):
+        return None

@@ -38,7 +38,6 @@ from pathlib import Path
 from conformance.servers.profiles import Launch, Profile, resolve_profile
 from conformance.servers.runtimes import SetupError
 
-
 STOP_GRACE_SECONDS = 15.0
 KILL_WAIT_SECONDS = 5.0
 POLL_SECONDS = 0.5

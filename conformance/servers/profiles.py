@@ -42,14 +42,25 @@ from conformance.servers.forcing import (
     server_tokens,
     token_grammar_body,
     token_grammar_text,
+    verify_forcing,
 )
-from conformance.util.side_requests import in_daemon_thread
+from conformance.servers.logs import (
+    find_transformers_serve_error,
+    find_vllm_error,
+    find_vllm_rs_error,
+)
 from conformance.servers.runtimes import CurrentInterpreter, Runtime, SetupError
-from conformance.servers.logs import find_transformers_serve_error, find_vllm_error, find_vllm_rs_error
 from conformance.servers.runtimes.transformers_serve import TRANSFORMERS_SERVE
 from conformance.servers.runtimes.vllm_033 import VllmCpuOverlay, VllmRustOverlay
 from conformance.servers.runtimes.vllm_rs import VllmRustFrontend
-
+from conformance.servers.sequence_bias import (
+    CheckpointTokenizer,
+    forced_text_of,
+    generation_config_field,
+    probe_sequence_bias,
+    verify_transcript,
+)
+from conformance.util.side_requests import in_daemon_thread
 
 # --- how to force an exact output ----------------------------------------------------------------
 
@@ -107,8 +118,6 @@ class RegexForcing:
         return ServerTokenizer(root_url, model, api_key, timeout)
 
     async def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
-        from conformance.run.engine import verify_forcing  # the engine's reading of token ids from answers
-
         return await verify_forcing(tokenizer, case, transcript, markers)
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None:
@@ -180,24 +189,16 @@ class SequenceBiasForcing:
 
     async def request_fields(self, raw_text: str, request: Mapping[str, Any],
                              tokenizer: Callable[[], Any]) -> dict[str, Any]:
-        from conformance.servers.sequence_bias import generation_config_field
-
         # the checkpoint's tokenizer, loaded at first use: in a thread (the engine bounds the wait)
         return await in_daemon_thread(None, lambda: generation_config_field(tokenizer(), raw_text, request))
 
     async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
-        from conformance.servers.sequence_bias import probe_sequence_bias
-
         await in_daemon_thread(None, probe_sequence_bias, root_url, model, timeout, api_key)
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> Any:
-        from conformance.servers.sequence_bias import CheckpointTokenizer
-
         return CheckpointTokenizer(model)
 
     async def verify(self, tokenizer: Any, case: Case, transcript: Any, markers: Sequence[str]) -> list[str] | None:
-        from conformance.servers.sequence_bias import verify_transcript
-
         def verify() -> list[str] | None:
             try:
                 return verify_transcript(tokenizer, case.force, transcript)
@@ -207,8 +208,6 @@ class SequenceBiasForcing:
         return await in_daemon_thread(None, verify)  # renders the prompt with the checkpoint's template
 
     def forced_text(self, request: Mapping[str, Any]) -> str | None:
-        from conformance.servers.sequence_bias import forced_text_of
-
         return forced_text_of(request)
 
 

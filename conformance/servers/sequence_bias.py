@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from conformance.formats.markers import CheckpointError, markers_for_checkpoint
+from conformance.record.wire import read_stream
 from conformance.servers.forcing import ForcingUnsupported, send_forced_probe
 
 FORCING_BIAS = 1e6
@@ -77,7 +79,6 @@ class CheckpointTokenizer:
         if not Path(model).is_dir():
             raise ForcingUnsupported(f"sequence-bias forcing needs the served checkpoint's tokenizer, and the "
                                      f"model {model!r} is not a local directory")
-        from conformance.run.engine import CheckpointError, markers_for_checkpoint
 
         self.model = model
         self._tokenizer = AutoTokenizer.from_pretrained(model)
@@ -193,8 +194,6 @@ def verify_answer(tokenizer: CheckpointTokenizer, raw_text: str, request: Mappin
 def verify_transcript(tokenizer: CheckpointTokenizer, raw_text: str, transcript: Any) -> list[str]:
     """`verify_answer` on a recorded answer: the usage of a non-streaming body, or of the stream's
     last chunk that carries one."""
-    from conformance.record.wire import read_stream
-
     if transcript.mode == "stream":
         usages = [chunk.get("usage") for chunk in read_stream(transcript).chunks if chunk.get("usage")]
         usage = usages[-1] if usages else None

@@ -19,12 +19,12 @@ from typing import Any, Literal
 
 import yaml
 
-from conformance.util import safe_yaml
-from conformance.record.case_model import MODES, Case, build_case
-from conformance.suite.contract_document import reference_problem
 from conformance.formats.tiny_checkpoint import VARIANTS
-from conformance.util.locations import format_path, node_line
+from conformance.record.case_model import MODES, Case, build_case
 from conformance.servers.profiles import PROFILES
+from conformance.suite.contract_document import reference_problem
+from conformance.util import safe_yaml
+from conformance.util.locations import format_path, node_line
 from conformance.util.package_paths import CASES_DIR, SCHEMAS_DIR
 
 Severity = Literal["error", "warning"]

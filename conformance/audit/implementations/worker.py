@@ -22,7 +22,7 @@ MEMORY_BYTES = 1024 * 1024 * 1024
 MAX_CHUNK = 8
 
 
-def _load(kind: str, location: str, name: str = "chat_parsing_fork") -> Any:
+def load_implementation(kind: str, location: str, name: str = "chat_parsing_fork") -> Any:
     if kind == "package":
         import transformers.utils.chat_parsing as module
 
@@ -100,7 +100,7 @@ def serve() -> None:
     sys.setrecursionlimit(10_000)
     kind, location = sys.argv[1], sys.argv[2]
     job = json.loads(sys.stdin.read())
-    module = _load(kind, location)
+    module = load_implementation(kind, location)
     answers = [answer(module, job["template"], item, job["chunk_seed"]) for item in job["inputs"]]
     json.dump(answers, sys.stdout, ensure_ascii=True, default=repr)
 

@@ -13,7 +13,7 @@ SGLang's own functions) over the mutation corpus and the fixtures. References ar
 2. The template. `_load_serving_templates` (`parser/response_template.py:187`): the tokenizer's
    `response_template` when it is a JSON object (else `init_kwargs`'), else ValueError "response_template
    is required". `_derive_serving_templates_from_json` loads it with the format's loader (the same file
-   as vLLM 0.32's: `template._load`), checks the serving fields (`_check_serving_fields`: vLLM 0.32's
+   as vLLM 0.32's: `response_template.load_template`), checks the serving fields (`_check_serving_fields`: vLLM 0.32's
    serving check plus "response_template field 'tool_calls' needs 'open' or 'open_pattern' ..."), then
    loads every variant its detectors parse with: streaming (a content field added, all optional),
    reasoning-only, reasoning-to-answer (thinking, `normal`, content, tool_calls: a thinking field
@@ -35,6 +35,11 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from conformance.audit.predictors.vllm_032_answers import (
+    streaming_template,  # the same derivation as vLLM 0.32's
+)
+from conformance.formats.response_template import check_serving, load_template
 
 SGLangOutcome = Literal["starts", "refuses_to_start", "starts_but_refuses_tool_requests"]
 
@@ -68,19 +73,15 @@ class _Refused(Exception):
 
 
 def _load(spec: Any) -> Any:
-    from conformance.audit.template_rules import _load as load  # the format's loader (template.py imports this module)
-
     try:
-        return load(spec)
+        return load_template(spec)
     except (TypeError, ValueError) as error:
         raise _Refused(error) from None
 
 
 def _check_serving_fields(loaded: Any) -> None:
-    from conformance.audit.template_rules import _check_serving
-
     try:
-        _check_serving(loaded)
+        check_serving(loaded)
     except ValueError as error:
         raise _Refused(error) from None
     tool_calls = loaded.fields.get("tool_calls")
@@ -99,8 +100,6 @@ def _anchored(template: dict, fields: dict) -> dict:
 
 def _derive(template: dict) -> set[str]:
     """`_derive_serving_templates_from_json`: every variant loaded; the source template's fields."""
-    from conformance.audit.predictors.vllm_032_answers import streaming_template  # the same derivation as vLLM 0.32's
-
     loaded = _load(template)
     _check_serving_fields(loaded)
     fields, source = template["fields"], set(loaded.fields)

@@ -51,7 +51,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 from conformance.record.case_model import Case, ExpectedError, Mode
-from conformance.record.wire import Message, ToolCall
+from conformance.record.outcomes import FAIL, Check
+from conformance.record.transcript import ServerStamp, Transcript
+from conformance.record.wire import (
+    Message,
+    ToolCall,
+    message_view,
+    read_stream,
+    response_message,
+)
+from conformance.run.checks.expectations import (
+    check_expected_error,
+    check_expected_message,
+    expected_view,
+)
+from conformance.servers.profiles import expectation_for
 
 Endpoint = Literal["chat", "responses"]
 LIMIT_KEYS: dict[Endpoint, tuple[str, ...]] = {"chat": ("max_completion_tokens", "max_tokens"),
@@ -115,9 +129,9 @@ def _tokenizer(directory: str) -> Any:
 def _fork() -> Any:
     """vLLM 0.32's chat_parsing fork from this environment, loaded without vLLM."""
     from conformance.audit.implementations.registry import IMPLEMENTATIONS
-    from conformance.audit.implementations.worker import _load
+    from conformance.audit.implementations.worker import load_implementation
 
-    return _load("folder", str(IMPLEMENTATIONS["vllm-0.32"].locate()), name="vllm_0_32_chat_parsing")
+    return load_implementation("folder", str(IMPLEMENTATIONS["vllm-0.32"].locate()), name="vllm_0_32_chat_parsing")
 
 
 def streaming_template(template: dict[str, Any]) -> dict[str, Any]:
@@ -268,17 +282,12 @@ def predict(checkpoint: HfCheckpoint, request: Mapping[str, Any], force: str, mo
 
 def _as_transcript(case_id: str, mode: Mode, refused: Refusal) -> Any:
     """A predicted refusal as the transcript of one, for the checks that read transcripts."""
-    from conformance.record.transcript import ServerStamp, Transcript
-
     return Transcript(case_id, mode, "hf", "chat", ServerStamp("predicted", "predicted", "hf"), {}, status=refused.status,
                       error_body={"error": {"message": refused.message, "param": refused.param}})
 
 
 def judge_expectation(case: Case, mode: Mode, prediction: Prediction) -> Any:
     """The prediction judged as an answer against the case's `hf` expectation (a checks.Check)."""
-    from conformance.run.checks.checks import FAIL, Check, check_expected_error, check_expected_message, expected_view
-    from conformance.servers.profiles import expectation_for
-
     expectation = expectation_for(case, "hf")
     assert expectation is not None, f"case {case.id} has no hf expectation to judge the prediction against"
     if expectation.error is not None:
@@ -292,9 +301,6 @@ def judge_expectation(case: Case, mode: Mode, prediction: Prediction) -> Any:
 
 def judge_recording(transcript: Any, prediction: Prediction) -> Any:
     """A recorded hf answer judged against the prediction taken as its expectation (a checks.Check)."""
-    from conformance.run.checks.checks import FAIL, Check, check_expected_error, check_expected_message
-    from conformance.record.wire import message_view, read_stream, response_message
-
     if isinstance(prediction, Refusal):
         return check_expected_error(transcript, ExpectedError(prediction.status, prediction.param, prediction.message))
     if transcript.status != 200:

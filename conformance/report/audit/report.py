@@ -18,12 +18,11 @@ from typing import IO, Any
 
 from conformance import __version__
 from conformance.audit.checkpoint_audit import OK, CheckpointAudit
-from conformance.audit.template_rules import StartupVerdict
-from conformance.audit.predictors.vllm_rs import RUST_CONFIGURATIONS, RustVerdict
 from conformance.audit.predictors.sglang import SGLANG_CONFIGURATIONS, SGLangVerdict
+from conformance.audit.predictors.vllm_rs import RUST_CONFIGURATIONS, RustVerdict
+from conformance.audit.template_rules import CONFIGURATIONS, StartupVerdict
 from conformance.report.audit.offline import offline_lines
 from conformance.util.markdown_text import code_span, visible
-from conformance.audit.template_rules import CONFIGURATIONS
 
 TARGET = "vLLM 0.32.0 and 0.33.0"
 STDOUT = Path("-")  # an output path of `-` means standard output

@@ -9,7 +9,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.report.gate.view import KIND_TITLES, Code, DifferenceGroup, Segments, Side, code_segments, json_text, shorten
+from conformance.report.gate.view import (
+    KIND_TITLES,
+    Code,
+    DifferenceGroup,
+    Segments,
+    Side,
+    code_segments,
+    json_text,
+    shorten,
+)
 
 Labels = Mapping[Side, str]
 

@@ -15,9 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from conformance.report.gate import actions, view
 from conformance.util import exit_codes
-from conformance.report.gate import actions
-from conformance.report.gate import view
 
 GITHUB_LIMIT = 10  # annotations of one level GitHub keeps per step
 MAX_GATE_BYTES = 256 * 1024 * 1024

@@ -13,8 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from html import escape
 from typing import Any
 
-from conformance.report.gate import actions
-from conformance.report.gate import view
+from conformance.report.gate import actions, view
 from conformance.report.gate.view import Code, DifferenceGroup, Segments
 
 STYLE = """

@@ -9,8 +9,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
-from conformance.report.gate import actions
-from conformance.report.gate import view
+from conformance.report.gate import actions, view
 
 MAX_MESSAGE = 500
 

@@ -10,8 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conformance.report.gate import actions
-from conformance.report.gate import view
+from conformance.report.gate import actions, view
 from conformance.report.gate.view import Code, DifferenceGroup, Segments
 
 MAX_BYTES = 1024 * 1024 - 32 * 1024  # GitHub refuses a step summary over 1 MiB

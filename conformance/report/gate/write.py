@@ -9,8 +9,14 @@ from typing import Any
 
 from conformance.report.gate import (
     chart as gate_chart,
+)
+from conformance.report.gate import (
     html as gate_html,
+)
+from conformance.report.gate import (
     junit as gate_junit,
+)
+from conformance.report.gate import (
     markdown as gate_markdown,
 )
 

@@ -5,15 +5,24 @@ as segments, so each renderer escapes them its own way; and the writer of contra
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from conformance.report.gate.view import KIND_TITLES, Code, Segments, json_text, plain, unwrapped
+from conformance.report.gate.view import (
+    KIND_TITLES,
+    Code,
+    Segments,
+    json_text,
+    plain,
+    unwrapped,
+)
 from conformance.report.stamp import stamp_lines
 
-MATRIX_FILES = {"markdown": "contract.md", "html": "contract.html"}
 CELL_CHARS = 240  # an answer summary in a cell
+
+
 MAX_NOTES = 6  # differences named per cell; the rest are counted
+
+
 # A matrix compares with the row's reference, not before and after: no "newly".
 TITLES = {**KIND_TITLES, "request_refused": "refused where the reference answered",
           "request_accepted": "answered where the reference refused"}
@@ -78,15 +87,3 @@ def cell_state(row: Mapping[str, Any], index: int) -> str:
     if cell.get("differences"):
         return "differs"
     return "reference" if row.get("differs") and index == row.get("reference_column") else "same"
-
-
-def write_contract_reports(out_dir: Path | str, matrix: Mapping[str, Any]) -> dict[str, Path]:
-    """contract.md and contract.html of `matrix` in `out_dir`; their paths by kind."""
-    from conformance.report.matrix import html as matrix_html, markdown as matrix_markdown
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {kind: out / name for kind, name in MATRIX_FILES.items()}
-    paths["markdown"].write_text(matrix_markdown.render(matrix), encoding="utf-8")
-    paths["html"].write_text(matrix_html.render(matrix), encoding="utf-8")
-    return paths

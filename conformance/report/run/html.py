@@ -14,9 +14,6 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from conformance.record.wire import Message, read_stream, response_message
-from conformance.servers.profiles import profile_record
-from conformance.report.stamp import stamp_lines
 from conformance.record.results import (
     OUTCOMES,
     CaseResult,
@@ -25,8 +22,11 @@ from conformance.record.results import (
     summaries_by_profile,
     summarize,
 )
-from conformance.util.json_codec import json_text
 from conformance.record.transcript import Transcript
+from conformance.record.wire import Message, read_stream, response_message
+from conformance.report.stamp import stamp_lines
+from conformance.servers.profiles import profile_record
+from conformance.util.json_codec import json_text
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}

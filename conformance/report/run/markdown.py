@@ -11,8 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conformance.util import exit_codes
-from conformance.run.checks.checks import ERROR, FAIL, PASS
+from conformance.record.outcomes import ERROR, FAIL, PASS
 from conformance.record.results import (
     OUTCOMES,
     CaseResult,
@@ -22,8 +21,9 @@ from conformance.record.results import (
     summaries_by_profile,
     summarize,
 )
-from conformance.util.markdown_text import code_span, plain, visible
 from conformance.report.stamp import stamp_lines
+from conformance.util import exit_codes
+from conformance.util.markdown_text import code_span, plain, visible
 
 MAX_ROWS = 150
 MAX_CELL = 300

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from conformance.run.checks.checks import EXPECTATION, FAIL, PASS, Check
-from conformance.record.wire import REASONING_KEYS, Message, StreamReading
+from conformance.record.outcomes import EXPECTATION, FAIL, PASS, Check
 from conformance.record.transcript import Transcript
+from conformance.record.wire import REASONING_KEYS, Message, StreamReading
 
 _PAYLOAD_KEYS = ("content", *REASONING_KEYS, "tool_calls")
 

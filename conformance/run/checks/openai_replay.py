@@ -2,7 +2,7 @@
 `client.chat.completions.stream()` / `client.responses.stream()` would see it. No I/O.
 
 `replay_chat(chunks, tools)` and `replay_responses(events, tools)` return what the SDK's accumulator
-ends with (or raise what it raises); `conformance.run.checks.checks` turns that into a `Message` and compares it
+ends with (or raise what it raises); `conformance.run.checks.findings` turns that into a `Message` and compares it
 with its own reassembly (the `client_replay` finding).
 
 Two shortcuts keep this cheap, each held equal to the SDK's own way by tests/test_replay.py:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from conformance.run.checks.checks import EXPECTATION, FAIL, PASS, Check
+from conformance.record.outcomes import EXPECTATION, FAIL, PASS, Check
 from conformance.record.transcript import Transcript
 from conformance.record.wire import usage_of
 

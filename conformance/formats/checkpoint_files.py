@@ -1,0 +1,93 @@
+"""A checkpoint's JSON files read as untrusted input: bounded in size and depth, every failure a
+`FetchError` of one kind naming the file (and the position), with what vLLM itself stops with where it
+cannot even read the file. The same reader serves a checkpoint on disk, a cached Hub download and a
+served checkpoint's markers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from conformance.util.safe_yaml import UnreadableFile, read_text
+
+TOKENIZER_CONFIG = "tokenizer_config.json"
+MAX_FILE_BYTES = 5 * 1024 * 1024
+OK = "ok"  # a checkpoint fetched and read; otherwise it ends in one of these failure kinds:
+NOT_FOUND, UNAUTHORIZED, GATED = "not_found", "unauthorized", "gated"
+SERVER_ERROR, TIMEOUT, NETWORK_ERROR = "server_error", "timeout", "network_error"
+TOO_LARGE, INVALID_JSON, NOT_CACHED, UNREADABLE = "too_large", "invalid_json", "not_cached", "unreadable"
+
+
+class FetchError(Exception):
+    """`startup_error`: what vLLM itself stops with on such a file, when it cannot even read it."""
+
+    def __init__(self, kind: str, message: str, startup_error: str | None = None) -> None:
+        super().__init__(message)
+        self.kind, self.startup_error = kind, startup_error
+
+
+MAX_JSON_DEPTH = 100  # deeper values cannot be handed to the analysis worker (pickle recurses per level)
+
+
+def read_json_file(path: Path, name: str) -> Any:
+    """Parse a checkpoint JSON file; an unreadable file, oversize or invalid JSON become FetchErrors naming the
+    file (and the position). JSON that transformers itself cannot read (not UTF-8, an integer past Python's
+    digit limit) carries transformers' error as the `startup_error`."""
+    try:
+        if failure := too_large(name, path.stat().st_size):
+            raise failure
+        text = read_text(path)
+    except OSError as exc:
+        raise FetchError(UNREADABLE, f"{name}: cannot read: {exc.strerror or exc}") from exc
+    except UnreadableFile as exc:
+        if isinstance(exc.__cause__, OSError):
+            raise FetchError(UNREADABLE, f"{name}: {exc}") from exc
+        raise FetchError(INVALID_JSON, f"{name}: {exc}", startup_error=_transformers_read_error(path)) from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise FetchError(INVALID_JSON, f"{name}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+    except RecursionError as exc:  # untrusted input: arrays/objects nested thousands deep
+        raise FetchError(INVALID_JSON, f"{name}: JSON nested too deeply to read") from exc
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise FetchError(INVALID_JSON, f"{name}: unreadable JSON value: {exc}",
+                         startup_error=_transformers_read_error(path)) from exc
+    if (depth := _depth(data)) > MAX_JSON_DEPTH:
+        raise FetchError(TOO_LARGE, f"{name}: JSON nested {depth} levels deep, over the {MAX_JSON_DEPTH}-level limit")
+    return data
+
+
+def _transformers_read_error(path: Path) -> str | None:
+    """The error of reading `path` as transformers 5.19 does (`json.load(open(path, encoding="utf-8"))`)."""
+    try:
+        with open(path, encoding="utf-8") as reader:
+            json.load(reader)
+    except (OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _depth(value: Any) -> int:
+    """How many arrays/objects deep `value` nests (iterative: the value may be deeper than the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def read_tokenizer_config(path: Path) -> dict:
+    data = read_json_file(path, TOKENIZER_CONFIG)
+    if not isinstance(data, dict):
+        raise FetchError(INVALID_JSON, f"{TOKENIZER_CONFIG}: top level is a JSON {type(data).__name__}, expected an object")
+    return data
+
+
+def too_large(filename: str, size: int | None) -> FetchError | None:
+    if size is not None and size > MAX_FILE_BYTES:
+        return FetchError(TOO_LARGE, f"{filename} is {size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+    return None

@@ -1,0 +1,61 @@
+"""Machine-readable run output: `results.jsonl` (one `CaseResult` per line) and `run.json`
+(the stamp and the summary), the files a gate or a script reads back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conformance.record.recording import read_transcripts
+from conformance.record.results import RESULTS_FILE, CaseResult, Summary, read_results
+from conformance.record.stamp import stamp_of_recording
+from conformance.record.transcript import (
+    TRANSCRIPTS_FILE,
+    JsonLinesWriter,
+    Transcript,
+    TranscriptError,
+)
+
+RUN_FILE = "run.json"
+
+
+def write_results(path: Path, results: Iterable[CaseResult], header: Mapping[str, Any]) -> None:
+    """A results.jsonl: the run header (`conformance.record.recording.make_header`), then one result per line."""
+    with JsonLinesWriter(path) as writer:
+        writer.write(dict(header))
+        for result in results:
+            writer.write(result.to_dict())
+
+
+def write_run_summary(path: Path, stamp: Mapping[str, Any], summary: Summary) -> None:
+    path.write_text(json.dumps({"stamp": dict(stamp), "summary": summary.to_dict()}, indent=2) + "\n", "utf-8")
+
+
+@dataclass
+class Recording:
+    """One side of a gate: a run's transcripts, results and stamp, and a label for people."""
+
+    label: str
+    transcripts: Sequence[Transcript]
+    results: Sequence[CaseResult]
+    stamp: Mapping[str, Any]
+    run_dir: str | None = None
+    startup_seconds: float | None = None  # the server's start to healthy, when the gate launched it
+
+
+def read_run_dir(run_dir: Path, label: str | None = None) -> Recording:
+    """A recorded run directory (`conformance run --out DIR`, or one side of a gate)."""
+    transcripts = read_transcripts(run_dir / TRANSCRIPTS_FILE)
+    results = read_results(run_dir / RESULTS_FILE)
+    if not transcripts:
+        raise TranscriptError(f"{run_dir / TRANSCRIPTS_FILE}: no transcripts in this run")
+    try:
+        stamp = json.loads((run_dir / RUN_FILE).read_text("utf-8"))["stamp"]
+    except (OSError, ValueError, KeyError, TypeError):
+        stamp = stamp_of_recording(transcripts)
+    if not isinstance(stamp, dict):
+        stamp = stamp_of_recording(transcripts)
+    return Recording(label or str(stamp.get("profile") or run_dir.name), transcripts, results, stamp, str(run_dir))
