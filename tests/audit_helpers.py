@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from conformance.formats.tiny_checkpoint import RESPONSE_TEMPLATE_FULL
+from conformance.formats.qwen3_hermes import RESPONSE_TEMPLATE_FULL
 
 # Real checkpoint metadata (a copy of the project's shared fixtures; INDEX.txt and each SOURCE.txt say where
 # every file comes from). Kept in the repository so that a fresh checkout runs the tests.

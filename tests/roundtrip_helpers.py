@@ -5,11 +5,8 @@ from __future__ import annotations
 import copy
 
 from conformance.audit.roundtrip.roundtrip import Subject
-from conformance.formats.tiny_checkpoint import (
-    CHAT_TEMPLATE,
-    RESPONSE_TEMPLATE_FULL,
-    response_template_for,
-)
+from conformance.formats.qwen3_hermes import CHAT_TEMPLATE, RESPONSE_TEMPLATE_FULL
+from conformance.formats.tiny_checkpoint import response_template_for
 
 SPECIAL_TOKENS = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jsonschema
 
-from conformance.formats.tiny_checkpoint import RESPONSE_TEMPLATE_FULL
+from conformance.formats.qwen3_hermes import RESPONSE_TEMPLATE_FULL
 from conformance.util import exit_codes
 from conformance.util.package_paths import load_schema
 

@@ -27,11 +27,8 @@ from conformance.audit.predictors.sglang import (
     TOOL_CALLS_NEED_OPEN,
 )
 from conformance.audit.template_rules import analyze_template_unbounded
-from conformance.formats.tiny_checkpoint import (
-    RESPONSE_TEMPLATE_FULL,
-    VARIANTS,
-    build_fixture,
-)
+from conformance.formats.qwen3_hermes import RESPONSE_TEMPLATE_FULL
+from conformance.formats.tiny_checkpoint import VARIANTS, build_fixture
 from tests.audit_helpers import fixture_tokenizer_configs, mutation_corpus
 
 CHILD = Path(__file__).resolve().parent / "sglang_serving.py"

@@ -12,12 +12,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from conformance.formats.tiny_checkpoint import (
-    MARKER_TOKENS,
-    SPECIAL_TOKENS,
-    VARIANTS,
-    build_fixture,
-)
+from conformance.formats.qwen3_hermes import MARKER_TOKENS, SPECIAL_TOKENS
+from conformance.formats.tiny_checkpoint import VARIANTS, build_fixture
 from conformance.util import exit_codes
 from tests.server_helpers import WEATHER_TOOL
 

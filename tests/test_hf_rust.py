@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.formats.tiny_checkpoint import NON_LITERAL_CLOSE_PATTERN, build_fixture
+from conformance.formats.qwen3_hermes import NON_LITERAL_CLOSE_PATTERN
+from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.run.driver import Target
 from conformance.run.engine import run
 from conformance.servers.forcing import forcing_extra_body, token_grammar_body

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance.formats.tiny_checkpoint import MARKER_TOKENS
+from conformance.formats.qwen3_hermes import MARKER_TOKENS
 from conformance.record.case_model import (
     Case,
     Expectation,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conformance.formats.tiny_checkpoint import MARKER_TOKENS
+from conformance.formats.qwen3_hermes import MARKER_TOKENS
 from conformance.record.recording import read_transcripts
 from conformance.report.run import html
 from conformance.run.driver import Target

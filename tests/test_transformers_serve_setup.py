@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 
 from conformance.cli import main
-from conformance.formats.tiny_checkpoint import EOS_TOKEN, build_fixture
+from conformance.formats.qwen3_hermes import EOS_TOKEN
+from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.record.transcript import ServerStamp, SseLine, Transcript
 from conformance.record.wire import read_stream
 from conformance.run.checks.contract import check_stream_framing

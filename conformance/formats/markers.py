@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from conformance.formats.checkpoint_files import FetchError, read_tokenizer_config
-from conformance.formats.tiny_checkpoint import MARKER_TOKENS
+from conformance.formats.registry import DEFAULT_FORMAT
 
 # Qwen3/Hermes delimiters: the markers checked when the served checkpoint's template is unknown.
-DEFAULT_MARKERS = MARKER_TOKENS
+DEFAULT_MARKERS = DEFAULT_FORMAT.delimiter_tokens
 
 
 def template_markers(response_template: Mapping[str, Any] | None) -> tuple[str, ...]:

@@ -1,9 +1,11 @@
 """The tiny deterministic checkpoint that real vLLM serves in our tests (`conformance fixture build`).
 
 A Qwen3-architecture model (2 layers, head_dim 64: the CPU attention backend refuses 16) with a
-byte-level BPE tokenizer carrying Qwen's markers, a Hermes/Qwen3-style chat template and, depending
-on the variant, a `response_template` (contract section 6, literal delimiters only: vLLM's Rust
-frontend refuses regex delimiters, which the `non-literal-pattern` variant has).
+byte-level BPE tokenizer carrying a response format's delimiter and special tokens (each one token),
+the format record's chat template and, depending on the variant, its `response_template` (a
+`conformance.formats.format.Format`; the default is Qwen3/Hermes, `conformance.formats.qwen3_hermes`,
+whose `response_template` has literal delimiters only: vLLM's Rust frontend refuses regex delimiters,
+which its `non-literal-pattern` variant has).
 
 The weights are random from a fixed seed except for one shape that makes forced outputs come out
 canonically tokenized: embedding dimension 0 holds each token's length in bytes, every layer's
@@ -19,29 +21,19 @@ Building the same variant twice gives identical bytes.
 
 from __future__ import annotations
 
-import copy
 import json
 import shutil
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from conformance.formats.format import Format
+from conformance.formats.registry import DEFAULT_FORMAT
+
 if TYPE_CHECKING:
     import numpy as np
 
-VARIANTS: tuple[str, ...] = ("full", "no-template", "thinking-only", "tools-only", "reasoning-content",
-                             "non-literal-pattern", "eos-closes-content", "closer-ends-with-anchor")
-# The content field's closing delimiter as a pattern that does not start with a literal (the shape
-# transformers ships as its qwen3 fallback): vLLM's Python frontend serves it, the Rust frontend
-# starts and then refuses every chat request with HTTP 500 ("must start with a literal prefix").
-NON_LITERAL_CLOSE_PATTERN = r"\s*(?:<\|im_end\|>|<\|endoftext\|>)"
-
-SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-MARKER_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
-"""Added, not special (as Qwen3 does): they stay in decoded text."""
-
-EOS_TOKEN = "<|im_end|>"
-PAD_TOKEN = "<|endoftext|>"
+VARIANTS: tuple[str, ...] = DEFAULT_FORMAT.variant_names
 
 HIDDEN_SIZE = 128
 INTERMEDIATE_SIZE = 256
@@ -67,136 +59,41 @@ TRAINING_TEXT = (
     "plan: first think, then answer the question with a short sentence.",
 )
 
-RESPONSE_TEMPLATE_FULL: dict = {
-    "version": 1,
-    "defaults": {"role": "assistant"},
-    "start_anchor": "<|im_start|>assistant\n",
-    "fields": {
-        "thinking": {"open": "<think>", "close": "</think>"},
-        "tool_calls": {
-            "open": "<tool_call>",
-            "close": "</tool_call>",
-            "repeats": True,
-            "content": "json",
-            "transform": {"type": "function", "function": "{content}"},
-        },
-        "content": {},
-    },
-}
-
-CHAT_TEMPLATE = """\
-{%- macro render_content(content) -%}
-    {%- if content is string -%}{{- content -}}
-    {%- elif content -%}{%- for part in content -%}{%- if part.type == 'text' -%}{{- part.text -}}{%- endif -%}{%- endfor -%}
-    {%- endif -%}
-{%- endmacro -%}
-{%- if tools %}
-    {{- '<|im_start|>system\\n' }}
-    {%- if messages and messages[0].role == 'system' %}
-        {{- render_content(messages[0].content) + '\\n\\n' }}
-    {%- endif %}
-    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
-    {%- for tool in tools %}
-        {{- "\\n" }}
-        {{- tool | tojson }}
-    {%- endfor %}
-    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
-{%- elif messages and messages[0].role == 'system' %}
-    {{- '<|im_start|>system\\n' + render_content(messages[0].content) + '<|im_end|>\\n' }}
-{%- endif %}
-{%- for message in messages %}
-    {%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}
-        {{- '<|im_start|>' + message.role + '\\n' + render_content(message.content) + '<|im_end|>\\n' }}
-    {%- elif message.role == 'assistant' %}
-        {{- '<|im_start|>assistant\\n' }}
-        {%- set reasoning = message.reasoning or message.reasoning_content %}
-        {%- if reasoning %}
-            {{- '<think>\\n' + reasoning.strip('\\n') + '\\n</think>\\n\\n' }}
-        {%- endif %}
-        {{- render_content(message.content) }}
-        {%- for tool_call in message.tool_calls or [] %}
-            {%- set call = tool_call.function if tool_call.function else tool_call %}
-            {%- if loop.first and message.content %}{{- '\\n' }}{%- elif not loop.first %}{{- '\\n' }}{%- endif %}
-            {{- '<tool_call>\\n{"name": "' + call.name + '", "arguments": ' }}
-            {%- if call.arguments is string %}{{- call.arguments }}{%- else %}{{- call.arguments | tojson }}{%- endif %}
-            {{- '}\\n</tool_call>' }}
-        {%- endfor %}
-        {{- '<|im_end|>\\n' }}
-    {%- elif message.role == 'tool' %}
-        {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
-        {{- '\\n<tool_response>\\n' + render_content(message.content) + '\\n</tool_response>' }}
-        {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\\n' }}
-    {%- if enable_thinking is defined and enable_thinking is false %}
-        {{- '<think>\\n\\n</think>\\n\\n' }}
-    {%- endif %}
-{%- endif %}
-"""
-"""Hermes/Qwen3 style. The generation prompt does not pre-write `<think>` (the observed outcomes
-were taken that way); `enable_thinking=false` writes an empty reasoning block, as Qwen3 does."""
 
 
-def response_template_for(variant: str) -> dict | None:
-    """The `response_template` that `variant` ships (None: the key is absent)."""
-    check_variant(variant)
-    if variant == "no-template":
-        return None
-    template = copy.deepcopy(RESPONSE_TEMPLATE_FULL)
-    fields = template["fields"]
-    if variant == "thinking-only":
-        del fields["tool_calls"]
-    elif variant == "tools-only":
-        del fields["thinking"]
-    elif variant == "reasoning-content":
-        # vLLM 0.32 serves only thinking/content/tool_calls: this name is refused at startup.
-        renamed = {"thinking": "reasoning_content"}
-        template["fields"] = {renamed.get(name, name): spec for name, spec in fields.items()}
-    elif variant == "non-literal-pattern":
-        fields["content"] = {"close_pattern": NON_LITERAL_CLOSE_PATTERN}
-    elif variant == "eos-closes-content":
-        # `transformers serve` hands the decoded end token to the parser, which puts it in the
-        # implicit content field; a content field closing on it keeps it out (the server under test
-        # then parses what vLLM parses: vLLM drops the end token before its parser sees it).
-        fields["content"] = {"close": EOS_TOKEN}
-    elif variant == "closer-ends-with-anchor":
-        # `</tool_call>` then the next assistant turn's start anchor (Gemma 4's closers end with its
-        # next turn's start anchor): an output that stops right after `</tool_call>` stopped inside
-        # the closer, which vLLM 0.33 completes and vLLM 0.32 does not.
-        fields["tool_calls"]["close"] = "</tool_call>" + template["start_anchor"]
-    return template
+
+def response_template_for(variant: str, form: Format = DEFAULT_FORMAT) -> dict | None:
+    """The `response_template` that `variant` of format `form` ships (None: the key is absent)."""
+    return form.response_template_for(variant)
 
 
-def check_variant(variant: str) -> None:
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown fixture variant {variant!r}; choose one of: {', '.join(VARIANTS)}")
+def check_variant(variant: str, form: Format = DEFAULT_FORMAT) -> None:
+    form.variant(variant)
 
 
-def build_fixture(directory: Path, variant: str = "full") -> Path:
-    """Write the checkpoint of `variant` into `directory` (created; existing files are replaced).
+def build_fixture(directory: Path, variant: str = "full", form: Format = DEFAULT_FORMAT) -> Path:
+    """Write the checkpoint of `variant` of format `form` into `directory` (created; existing files are replaced).
 
     Returns the directory. With the same library versions the bytes depend on nothing else (not on
     time, randomness or what the directory held before).
     """
-    check_variant(variant)
+    check_variant(variant, form)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    tokenizer = _build_tokenizer()
-    _save_tokenizer(tokenizer, directory, response_template_for(variant))
+    tokenizer = _build_tokenizer(form)
+    _save_tokenizer(tokenizer, directory, form, response_template_for(variant, form))
     token_lengths = _token_byte_lengths(tokenizer)
     vocab_size = len(token_lengths)
-    _write_json(directory / "config.json", _model_config(tokenizer, vocab_size))
+    _write_json(directory / "config.json", _model_config(tokenizer, vocab_size, form))
     _write_json(
         directory / "generation_config.json",
-        {"eos_token_id": [tokenizer.token_to_id(EOS_TOKEN), tokenizer.token_to_id(PAD_TOKEN)]},
+        {"eos_token_id": [tokenizer.token_to_id(form.eos_token), tokenizer.token_to_id(form.pad_token)]},
     )
     _save_weights(directory / "model.safetensors", token_lengths)
     return directory
 
 
-def _build_tokenizer():
+def _build_tokenizer(form: Format):
     from tokenizers import (
         AddedToken,
         Tokenizer,
@@ -215,12 +112,12 @@ def _build_tokenizer():
         show_progress=False,
     )
     tokenizer.train_from_iterator(TRAINING_TEXT, trainer)
-    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in SPECIAL_TOKENS])
-    tokenizer.add_tokens([AddedToken(token, special=False, normalized=False) for token in MARKER_TOKENS])
+    tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in form.special_tokens])
+    tokenizer.add_tokens([AddedToken(token, special=False, normalized=False) for token in form.delimiter_tokens])
     return tokenizer
 
 
-def _save_tokenizer(tokenizer, directory: Path, response_template: dict | None) -> None:
+def _save_tokenizer(tokenizer, directory: Path, form: Format, response_template: dict | None) -> None:
     """Save through transformers, as a checkpoint author would (tokenizer_config.json and
     chat_template.jinja come out in transformers' own layout)."""
     from transformers import PreTrainedTokenizerFast
@@ -228,10 +125,10 @@ def _save_tokenizer(tokenizer, directory: Path, response_template: dict | None) 
     extra = {} if response_template is None else {"response_template": response_template}
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
-        eos_token=EOS_TOKEN,
-        pad_token=PAD_TOKEN,
+        eos_token=form.eos_token,
+        pad_token=form.pad_token,
         model_max_length=MAX_POSITIONS,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=form.chat_template,
         **extra,
     )
     # Save into a scratch directory and move the files, so stale files of a previous variant
@@ -260,10 +157,10 @@ def _token_byte_lengths(tokenizer) -> np.ndarray:
     return lengths
 
 
-def _model_config(tokenizer, vocab_size: int) -> dict:
+def _model_config(tokenizer, vocab_size: int, form: Format) -> dict:
     return {
         "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
+        "model_type": form.model_type,
         "vocab_size": vocab_size,
         "hidden_size": HIDDEN_SIZE,
         "intermediate_size": INTERMEDIATE_SIZE,
@@ -280,8 +177,8 @@ def _model_config(tokenizer, vocab_size: int) -> dict:
         "tie_word_embeddings": True,
         "dtype": "float32",
         "bos_token_id": None,
-        "eos_token_id": tokenizer.token_to_id(EOS_TOKEN),
-        "pad_token_id": tokenizer.token_to_id(PAD_TOKEN),
+        "eos_token_id": tokenizer.token_to_id(form.eos_token),
+        "pad_token_id": tokenizer.token_to_id(form.pad_token),
     }
 
 

@@ -34,7 +34,7 @@ import urllib.error
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-from conformance.formats.tiny_checkpoint import MARKER_TOKENS
+from conformance.formats.registry import DEFAULT_FORMAT
 from conformance.record.case_model import Case
 from conformance.record.transcript import (
     Transcript,
@@ -48,7 +48,7 @@ from conformance.util.side_requests import (
 )
 
 VERIFIED_ENDPOINTS = frozenset({"chat"})  # token ids are read from Chat Completions answers only
-PROBE_TEXT = "<think>\nok\n</think>\n\nok"
+PROBE_TEXT = DEFAULT_FORMAT.probe_text
 
 _REGEX_SPECIAL = set("\\.^$|?*+()[]{}-")
 _REGEX_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\f": "\\f", "\v": "\\v"}
@@ -238,7 +238,7 @@ async def verify_forced_output(
     tokenizer: ServerTokenizer,
     raw_text: str,
     token_ids: Sequence[int] | None,
-    markers: Sequence[str] = MARKER_TOKENS,
+    markers: Sequence[str] = DEFAULT_FORMAT.delimiter_tokens,
     truncated: bool = False,
 ) -> list[str]:
     """Problems with a forced output (empty list: the text is exact and canonically tokenized).

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from conformance.formats.registry import DEFAULT_FORMAT
 from conformance.record.case_model import Case, Expectation
 from conformance.servers.forcing import (
     ForcingUnsupported,
@@ -360,7 +361,7 @@ def vllm_profile(name: str, flags: tuple[str, ...], description: str,
 
 
 HF_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hf", "--reasoning-parser", "hf")
-LEGACY_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
+LEGACY_FLAGS = DEFAULT_FORMAT.legacy_flags  # the tiny checkpoint's format, as its family's own parsers serve it
 
 
 PROFILES: dict[str, Profile] = {

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.formats.markers import CheckpointError, markers_for_checkpoint
+from conformance.formats.registry import DEFAULT_FORMAT
 from conformance.record.wire import read_stream
 from conformance.servers.forcing import ForcingUnsupported, send_forced_probe
 
@@ -41,7 +42,7 @@ FORCING_BIAS = 1e6
 FIRST_CONTEXT_WIDTH = 8
 EXTRA_NEW_TOKENS = 4  # max_new_tokens = forced tokens + this: a stray step shows as a longer output
 PROBE_REQUEST = {"messages": [{"role": "user", "content": "Say ok."}], "max_tokens": 64}
-PROBE_TEXT = "<think>\nok\n</think>\n\nok"
+PROBE_TEXT = DEFAULT_FORMAT.probe_text
 
 
 def served_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

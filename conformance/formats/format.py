@@ -1,0 +1,56 @@
+"""A response format as a record: what a checkpoint of one family writes and how its servers read it.
+
+A `Format` holds the family's chat template and `response_template`, its delimiter tokens (each one
+token, added and not special, so they stay in decoded text) and special tokens, its end-of-sequence
+and padding tokens, the raw output the forcing probe asks for, the vLLM parser flags that serve it as
+"legacy", and the checkpoint variants the suite builds of it (each a named edit of the
+`response_template`). `conformance.formats.registry` registers every record in one line.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A checkpoint variant: `edit` turns a copy of the format's full response_template into the
+    variant's (None: the variant ships no `response_template`)."""
+
+    name: str
+    description: str
+    edit: Callable[[dict[str, Any]], dict[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    description: str
+    provenance: str
+    chat_template: str
+    response_template: Mapping[str, Any]
+    delimiter_tokens: tuple[str, ...]  # added, not special: what the leak checks look for
+    special_tokens: tuple[str, ...]
+    eos_token: str
+    pad_token: str
+    probe_text: str  # the raw output a forcing probe asks for
+    legacy_flags: tuple[str, ...]  # vLLM's hand-written parsers for this format
+    variants: tuple[Variant, ...]
+    model_type: str = "qwen3"
+
+    @property
+    def variant_names(self) -> tuple[str, ...]:
+        return tuple(variant.name for variant in self.variants)
+
+    def variant(self, name: str) -> Variant:
+        for variant in self.variants:
+            if variant.name == name:
+                return variant
+        raise ValueError(f"unknown fixture variant {name!r}; choose one of: {', '.join(self.variant_names)}")
+
+    def response_template_for(self, variant: str) -> dict[str, Any] | None:
+        """The `response_template` that `variant` ships (None: the key is absent)."""
+        return self.variant(variant).edit(copy.deepcopy(dict(self.response_template)))

@@ -1,0 +1,157 @@
+"""The Qwen3/Hermes format: `<think>...</think>` reasoning and `<tool_call>{json}</tool_call>` calls
+(Hermes JSON), the format of the project's tiny checkpoint and of Qwen3's own checkpoints (which carry
+no `response_template`: the one here is the suite's, in the shape of contract section 6).
+
+Served as "legacy" by vLLM's `hermes` tool-call parser and `qwen3` reasoning parser. The chat template
+is Hermes/Qwen3 style, written for the tiny checkpoint (Apache-2.0, this project).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.formats.format import Format, Variant
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+MARKER_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
+"""Added, not special (as Qwen3 does): they stay in decoded text."""
+EOS_TOKEN = "<|im_end|>"
+PAD_TOKEN = "<|endoftext|>"
+PROBE_TEXT = "<think>\nok\n</think>\n\nok"
+LEGACY_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
+# The content field's closing delimiter as a pattern that does not start with a literal (the shape
+# transformers ships as its qwen3 fallback): vLLM's Python frontend serves it, the Rust frontend
+# starts and then refuses every chat request with HTTP 500 ("must start with a literal prefix").
+NON_LITERAL_CLOSE_PATTERN = r"\s*(?:<\|im_end\|>|<\|endoftext\|>)"
+
+RESPONSE_TEMPLATE_FULL: dict = {
+    "version": 1,
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "thinking": {"open": "<think>", "close": "</think>"},
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close": "</tool_call>",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
+        "content": {},
+    },
+}
+
+CHAT_TEMPLATE = """\
+{%- macro render_content(content) -%}
+    {%- if content is string -%}{{- content -}}
+    {%- elif content -%}{%- for part in content -%}{%- if part.type == 'text' -%}{{- part.text -}}{%- endif -%}{%- endfor -%}
+    {%- endif -%}
+{%- endmacro -%}
+{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages and messages[0].role == 'system' %}
+        {{- render_content(messages[0].content) + '\\n\\n' }}
+    {%- endif %}
+    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+{%- elif messages and messages[0].role == 'system' %}
+    {{- '<|im_start|>system\\n' + render_content(messages[0].content) + '<|im_end|>\\n' }}
+{%- endif %}
+{%- for message in messages %}
+    {%- if message.role == 'user' or (message.role == 'system' and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\\n' + render_content(message.content) + '<|im_end|>\\n' }}
+    {%- elif message.role == 'assistant' %}
+        {{- '<|im_start|>assistant\\n' }}
+        {%- set reasoning = message.reasoning or message.reasoning_content %}
+        {%- if reasoning %}
+            {{- '<think>\\n' + reasoning.strip('\\n') + '\\n</think>\\n\\n' }}
+        {%- endif %}
+        {{- render_content(message.content) }}
+        {%- for tool_call in message.tool_calls or [] %}
+            {%- set call = tool_call.function if tool_call.function else tool_call %}
+            {%- if loop.first and message.content %}{{- '\\n' }}{%- elif not loop.first %}{{- '\\n' }}{%- endif %}
+            {{- '<tool_call>\\n{"name": "' + call.name + '", "arguments": ' }}
+            {%- if call.arguments is string %}{{- call.arguments }}{%- else %}{{- call.arguments | tojson }}{%- endif %}
+            {{- '}\\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == 'tool' %}
+        {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
+        {{- '\\n<tool_response>\\n' + render_content(message.content) + '\\n</tool_response>' }}
+        {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\\n\\n</think>\\n\\n' }}
+    {%- endif %}
+{%- endif %}
+"""
+"""Hermes/Qwen3 style. The generation prompt does not pre-write `<think>` (the observed outcomes
+were taken that way); `enable_thinking=false` writes an empty reasoning block, as Qwen3 does."""
+
+
+def _without(field: str):
+    def edit(template: dict[str, Any]) -> dict[str, Any]:
+        del template["fields"][field]
+        return template
+    return edit
+
+
+def _reasoning_content(template: dict[str, Any]) -> dict[str, Any]:
+    # vLLM 0.32 serves only thinking/content/tool_calls: this name is refused at startup.
+    renamed = {"thinking": "reasoning_content"}
+    template["fields"] = {renamed.get(name, name): spec for name, spec in template["fields"].items()}
+    return template
+
+
+def _non_literal_pattern(template: dict[str, Any]) -> dict[str, Any]:
+    template["fields"]["content"] = {"close_pattern": NON_LITERAL_CLOSE_PATTERN}
+    return template
+
+
+def _eos_closes_content(template: dict[str, Any]) -> dict[str, Any]:
+    # `transformers serve` hands the decoded end token to the parser, which puts it in the implicit
+    # content field; a content field closing on it keeps it out (the server under test then parses
+    # what vLLM parses: vLLM drops the end token before its parser sees it).
+    template["fields"]["content"] = {"close": EOS_TOKEN}
+    return template
+
+
+def _closer_ends_with_anchor(template: dict[str, Any]) -> dict[str, Any]:
+    # `</tool_call>` then the next assistant turn's start anchor (Gemma 4's closers end with its next
+    # turn's start anchor): an output that stops right after `</tool_call>` stopped inside the closer,
+    # which vLLM 0.33 completes and vLLM 0.32 does not.
+    template["fields"]["tool_calls"]["close"] = "</tool_call>" + template["start_anchor"]
+    return template
+
+
+QWEN3_HERMES = Format(
+    name="qwen3-hermes",
+    description="Qwen3 / Hermes: <think> reasoning, <tool_call>{json}</tool_call> calls",
+    provenance="the project's tiny checkpoint (Apache-2.0); the shape of Qwen3's chat template",
+    chat_template=CHAT_TEMPLATE,
+    response_template=RESPONSE_TEMPLATE_FULL,
+    delimiter_tokens=MARKER_TOKENS,
+    special_tokens=SPECIAL_TOKENS,
+    eos_token=EOS_TOKEN,
+    pad_token=PAD_TOKEN,
+    probe_text=PROBE_TEXT,
+    legacy_flags=LEGACY_FLAGS,
+    variants=(
+        Variant("full", "thinking, tool_calls and content", lambda template: template),
+        Variant("no-template", "no response_template at all", lambda template: None),
+        Variant("thinking-only", "no tool_calls field", _without("tool_calls")),
+        Variant("tools-only", "no thinking field", _without("thinking")),
+        Variant("reasoning-content", "reasoning named reasoning_content (refused by vLLM 0.32)", _reasoning_content),
+        Variant("non-literal-pattern", "content closed by a pattern without a literal prefix", _non_literal_pattern),
+        Variant("eos-closes-content", "content closed by the end-of-sequence token", _eos_closes_content),
+        Variant("closer-ends-with-anchor", "the call closer ends with the next turn's start anchor",
+                _closer_ends_with_anchor),
+    ),
+)
