@@ -116,7 +116,7 @@ def test_the_reports_carry_the_rust_verdicts(tmp_path: Path) -> None:
 
 
 def test_the_non_literal_pattern_fixture_variant_is_predicted_to_refuse_every_request(tmp_path: Path) -> None:
-    """The tiny checkpoint variant the live hf-rust 500 test serves (conformance/fixture.py)."""
+    """The tiny checkpoint variant the live hf-rust 500 test serves (conformance/formats/tiny_checkpoint.py)."""
     if "non-literal-pattern" not in VARIANTS:
         pytest.skip("the fixture variant non-literal-pattern is added on another branch")
     audit = audit_local(build_fixture(tmp_path / "checkpoint", "non-literal-pattern"))

