@@ -12,6 +12,7 @@ from typing import Any
 
 from conformance.report.gate import actions, view
 from conformance.report.gate.view import Code, DifferenceGroup, Segments
+from conformance.util.markdown_text import code_span, visible
 
 MAX_BYTES = 1024 * 1024 - 32 * 1024  # GitHub refuses a step summary over 1 MiB
 MAX_TABLE_ROWS = 200
@@ -23,21 +24,14 @@ ROW_MARKS = {"unchanged": "no", "acknowledged": "yes, acknowledged", "unacknowle
 
 def text(value: str) -> str:
     """Plain text that Markdown and GitHub's HTML filter leave alone (punctuation backslash-escaped)."""
-    return _MARKDOWN_PUNCT.sub(r"\\\1", view.printable(value))
+    return _MARKDOWN_PUNCT.sub(r"\\\1", visible(value))
 
 
 def code(value: str, in_table: bool = False) -> str:
-    """A code span holding `value` exactly, whatever backticks or markup it contains."""
-    value = view.printable(value)
-    if not value:
-        return ""
-    if in_table:
-        value = value.replace("|", "\\|")  # GFM splits cells before reading code spans
-    fence = "`" * (max((len(run) for run in re.findall("`+", value)), default=0) + 1)
-    # CommonMark strips one space from each end when both ends have one (unless all spaces).
-    strips = value[0] == value[-1] == " " and value.strip(" ")
-    padded = f" {value} " if "`" in (value[0], value[-1]) or strips else value
-    return f"{fence}{padded}{fence}"
+    """A code span holding `value` exactly, whatever backticks or markup it contains (`|` escaped in a
+    table cell: GFM splits cells before reading code spans)."""
+    span = code_span(visible(value)) if value else ""
+    return span.replace("|", "\\|") if in_table else span
 
 
 def segments(parts: Segments, in_table: bool = False) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from conformance.report.stamp import stamp_lines
+from conformance.util.markdown_text import visible as printable
 
 Side = Literal["baseline", "candidate"]
 SIDES: tuple[Side, ...] = ("baseline", "candidate")
@@ -46,18 +47,6 @@ METRIC_TITLES = {
     "tool_call_complete": "tool call complete",
 }
 VERDICT_ICONS = {"pass": "✅", "fail": "❌", "error": "💥"}
-
-# Shown as \uXXXX: C0/C1 controls, lone surrogates, line/paragraph separators, bidi controls, BOM,
-# noncharacters. None of them is valid (or visible, or harmless) in Markdown, HTML and XML alike.
-_HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufffe\uffff\ud800-\udfff]")
-_HIDDEN_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ufffe\uffff\ud800-\udfff]")
-
-
-def printable(text: str, keep_newlines: bool = False) -> str:
-    """`text` with every invisible or control character written as `\\n` / `\\uXXXX`."""
-    pattern = _HIDDEN_BUT_NEWLINE if keep_newlines else _HIDDEN
-    return pattern.sub(lambda m: "\\n" if m.group() == "\n" else f"\\u{ord(m.group()):04x}", text)
-
 
 def shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
