@@ -19,7 +19,7 @@ from conformance.servers.launch import (
     pid_alive,
     start,
 )
-from conformance.servers.profiles import Profile
+from conformance.servers.profile import Profile
 
 ServerKey = tuple[str, str]  # (profile, fixture variant)
 # What one pooled server takes (measured: seven at once 14.7 GB above the idle machine, 2.1 GB each).

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conformance.audit.template_rules import StartupVerdict
 from conformance.servers.launch import Server, descendant_pids, pid_alive
-from conformance.servers.profiles import Profile
+from conformance.servers.profile import Profile
 from tests.server_pool import servers_that_fit, start_together
 
 

@@ -24,7 +24,8 @@ from conformance.servers.launch import (
     launch,
     pid_alive,
 )
-from conformance.servers.logs import find_vllm_error, find_vllm_rs_error
+from conformance.servers.vllm import find_vllm_error
+from conformance.servers.vllm_rs import find_vllm_rs_error
 from conformance.suite.cases import load_suite
 
 DATA = Path(__file__).with_name("data")

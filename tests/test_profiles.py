@@ -24,16 +24,10 @@ from conformance.servers.launch import (
     pid_alive,
     server_command,
 )
-from conformance.servers.logs import find_vllm_error
-from conformance.servers.profiles import (
-    PROFILES,
-    Launch,
-    NoForcing,
-    Profile,
-    VersionProbe,
-    expectation_for,
-    launchable_profiles,
-)
+from conformance.servers.vllm import find_vllm_error
+from conformance.servers.profiles import PROFILES, expectation_for, launchable_profiles
+from conformance.servers.profile import Launch, Profile, VersionProbe
+from conformance.servers.forcing_methods import NoForcing
 from conformance.servers.runtimes import SetupError, VirtualEnv
 from tests.engine_helpers import load_cases, response_transcript
 from tests.fake_server import fake_server

@@ -74,7 +74,7 @@ def test_a_run_digests_its_cases_once_for_both_headers(tmp_path: Path, monkeypat
 
 def test_a_run_computes_a_cases_forcing_fields_once_for_both_modes(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from conformance.servers.profiles import RegexForcing
+    from conformance.servers.forcing_methods import RegexForcing
 
     asked = []
     fields = RegexForcing.request_fields
@@ -93,7 +93,7 @@ def test_verifying_a_forced_answer_holds_no_send_slot(tmp_path: Path, monkeypatc
     Here, with one slot, the other mode's request goes out while the first answer is being verified."""
     import asyncio
 
-    from conformance.servers.profiles import RegexForcing
+    from conformance.servers.forcing_methods import RegexForcing
 
     events: list[str] = []
     send = engine.send

@@ -16,11 +16,9 @@ from conformance.record.transcript import ServerStamp, SseLine, Transcript
 from conformance.record.wire import read_stream
 from conformance.run.checks.contract import check_stream_framing
 from conformance.servers.launch import ServerStartError, start
-from conformance.servers.logs import find_transformers_serve_error
-from conformance.servers.profiles import (
-    PROFILES,
-    CommandVersionProbe,
-)
+from conformance.servers.transformers_serve import find_transformers_serve_error
+from conformance.servers.profiles import PROFILES
+from conformance.servers.profile import CommandVersionProbe
 from conformance.servers.runtimes import CurrentInterpreter, SetupError
 from conformance.servers.runtimes.transformers_serve import (
     MARKER_FILE,

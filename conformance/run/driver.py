@@ -30,7 +30,7 @@ from conformance.util.json_codec import parse_json
 from conformance.util.side_requests import in_daemon_thread
 
 if TYPE_CHECKING:
-    from conformance.servers.profiles import CommandVersionProbe, VersionProbe
+    from conformance.servers.profile import CommandVersionProbe, VersionProbe
     from conformance.servers.runtimes import Runtime
 
 DEFAULT_TIMEOUT = 120.0  # seconds per request

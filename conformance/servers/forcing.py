@@ -49,7 +49,6 @@ from conformance.util.side_requests import (
 
 VERIFIED_ENDPOINTS = frozenset({"chat"})  # token ids are read from Chat Completions answers only
 PROBE_TEXT = DEFAULT_FORMAT.probe_text
-
 _REGEX_SPECIAL = set("\\.^$|?*+()[]{}-")
 _REGEX_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\f": "\\f", "\v": "\\v"}
 

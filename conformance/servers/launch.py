@@ -35,7 +35,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.servers.profiles import Launch, Profile, resolve_profile
+from conformance.servers.profile import Launch, Profile
+from conformance.servers.profiles import resolve_profile
 from conformance.servers.runtimes import SetupError
 
 STOP_GRACE_SECONDS = 15.0
