@@ -9,7 +9,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.audit.template_rules import StartupVerdict
+from conformance.audit.predictors.vllm_032 import StartupVerdict
 from conformance.servers.launch import Server, descendant_pids, pid_alive
 from conformance.servers.profile import Profile
 from tests.server_pool import servers_that_fit, start_together

@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 
 from conformance.audit.checkpoint_audit import audit_local
-from conformance.audit.template_rules import StartupVerdict
+from conformance.audit.predictors.vllm_032 import StartupVerdict
 from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.report.audit.report import build_report, render_markdown
 from conformance.util import exit_codes

@@ -436,7 +436,7 @@ STARTUPS = [(variant, "both") for variant in VARIANTS if variant not in ("full",
 @pytest.fixture(scope="module")
 def startups(tmp_path_factory: pytest.TempPathFactory) -> StartupAttempts:
     """The real server with each configuration's flags on each variant, all started together."""
-    from conformance.audit.template_rules import CONFIGURATIONS
+    from conformance.audit.predictors.vllm_032 import CONFIGURATIONS
 
     models = {variant: build_fixture(tmp_path_factory.mktemp("startups") / variant, variant) for variant, _ in STARTUPS}
     return StartupAttempts({(variant, configuration): (

@@ -20,7 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from conformance.audit.predictors import vllm_033 as audit_033
-from conformance.audit.template_rules import CONFIGURATIONS, analyze_template_unbounded
+from conformance.audit.predictors.vllm_032 import CONFIGURATIONS
+from conformance.audit.template_rules import analyze_template_unbounded
 from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.servers.launch import Server
 from conformance.servers.profiles import PROFILES

@@ -22,7 +22,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from conformance.audit.template_rules import StartupVerdict
+from conformance.audit.predictors.vllm_032 import StartupVerdict
 
 # configuration -> (--tool-call-parser, --reasoning-parser, --enable-auto-tool-choice), as CONFIGURATIONS
 Startup = tuple[str | None, str | None, bool]

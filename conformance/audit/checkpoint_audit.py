@@ -6,19 +6,18 @@ fetches Hub checkpoints concurrently and yields each audit as soon as it is comp
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 from conformance.audit import hub
 from conformance.audit.checkpoint_list import CheckpointEntry, revision_warning
-from conformance.audit.predictors.sglang import SGLangVerdict
-from conformance.audit.predictors.vllm_rs import RustVerdict
+from conformance.audit.predictors.predictor import Predictor
+from conformance.audit.predictors.registry import PREDICTOR_BY_KEY, PREDICTORS
+from conformance.audit.predictors.vllm_032 import CONFIGURATIONS, StartupVerdict
 from conformance.audit.template_rules import (
-    CONFIGURATIONS,
     Finding,
-    StartupVerdict,
     TemplateAnalysis,
     TemplateAnalysisTimeout,
     TemplateTooExpensive,
@@ -33,10 +32,6 @@ ANALYSIS_ERROR = "analysis_error"  # the analysis worker itself failed: a tool p
 # Statuses that say something about the checkpoint itself (exit 1); any other failure means the audit
 # could not look at the checkpoint (Hub, network, cache, access: exit 2).
 CHECKPOINT_FAULTS = frozenset({checkpoint_files.INVALID_JSON, checkpoint_files.TOO_LARGE, TEMPLATE_TIMEOUT, TEMPLATE_TOO_EXPENSIVE})
-
-# The Python releases whose verdicts the audit predicts (TemplateAnalysis fields); `expect` holds for each.
-PythonRelease = Literal["vllm_0_32", "vllm_0_33"]
-
 
 @dataclass
 class CheckpointAudit:
@@ -59,36 +54,20 @@ class CheckpointAudit:
     implementations: dict | None = None
     offline_findings: list[Finding] = field(default_factory=list)
 
-    @property
-    def vllm_0_32(self) -> dict[str, StartupVerdict] | None:
-        return self.python_verdicts("vllm_0_32")
-
-    @property
-    def vllm_0_33(self) -> dict[str, StartupVerdict] | None:
-        return self.python_verdicts("vllm_0_33")
-
-    def python_verdicts(self, release: PythonRelease) -> dict[str, StartupVerdict] | None:
-        """A Python release's verdicts; files that cannot be read fail every configuration alike."""
-        if self.template is None and self.startup_error is not None:
+    def prediction(self, predictor: Predictor) -> Mapping[str, Any] | None:
+        """A predictor's verdicts (None: the template could not be analysed). Files that cannot be read fail
+        every start-up configuration alike; they say nothing certain about a frontend's own reader."""
+        if self.template is not None:
+            return self.template.predictions[predictor.key]
+        if predictor.kind == "startup" and self.startup_error is not None:
             return {name: StartupVerdict(starts=False, error=self.startup_error) for name in CONFIGURATIONS}
-        return getattr(self.template, release) if self.template is not None else None
+        return None
 
-    @property
-    def vllm_0_32_rust(self) -> dict[str, RustVerdict] | None:
-        """`vllm-rs serve`'s predicted behaviour; None when the template could not be analysed (files the
-        Python side cannot read say nothing certain about the Rust frontend's own reader)."""
-        return self.template.vllm_0_32_rust if self.template is not None else None
-
-    @property
-    def vllm_0_33_rust(self) -> dict[str, RustVerdict] | None:
-        """As `vllm_0_32_rust`, for vLLM 0.33's Rust frontend."""
-        return self.template.vllm_0_33_rust if self.template is not None else None
-
-    @property
-    def sglang_0_5_23(self) -> dict[str, SGLangVerdict] | None:
-        """SGLang 0.5.23's predicted behaviour (from its code: it cannot run here); None when the template
-        could not be analysed."""
-        return self.template.sglang_0_5_23 if self.template is not None else None
+    def __getattr__(self, key: str) -> Mapping[str, Any] | None:
+        """A prediction by its key: `audit.vllm_0_32`."""
+        if key in PREDICTOR_BY_KEY:
+            return self.prediction(PREDICTOR_BY_KEY[key])
+        raise AttributeError(key)
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -99,15 +78,16 @@ class CheckpointAudit:
         """One message per `expect` entry and Python release whose prediction does not meet it (or one per
         entry when it cannot be checked). vLLM 0.32's messages name no release, as before 0.33 was predicted."""
         unmet = []
+        startup = [predictor for predictor in PREDICTORS if predictor.kind == "startup"]
         for configuration, expected in self.expect.items():
-            if self.vllm_0_32 is None:
+            if self.prediction(startup[0]) is None:
                 unmet.append(f"{configuration}: expected {expected}, but the checkpoint could not be audited ({self.status})")
                 continue
-            for release, verdicts in (("", self.vllm_0_32), ("vLLM 0.33 ", self.vllm_0_33)):
-                verdict = verdicts[configuration]
+            for predictor in startup:
+                verdict = self.prediction(predictor)[configuration]
                 predicted = configuration_outcome(verdict)
                 if predicted != expected:
-                    unmet.append(f"{configuration}: expected {expected}, {release}predicted {predicted}"
+                    unmet.append(f"{configuration}: expected {expected}, {predictor.expect_label}predicted {predicted}"
                                  + (f": {verdict.error}" if verdict.error else ""))
         return unmet
 

@@ -14,20 +14,17 @@ vLLM 0.33 applies the same rules with other texts for a missing template (`predi
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import regex
 
-from conformance.audit.predictors import vllm_033 as audit_033
-from conformance.audit.predictors.sglang import SGLangVerdict, sglang_verdicts
-from conformance.audit.predictors.vllm_rs import RustVerdict, rust_verdicts
+from conformance.audit.predictors.predictor import TemplateFacts
+from conformance.audit.predictors.registry import PREDICTOR_KEYS, PREDICTORS
 from conformance.formats.response_template import (
     LEGACY_KEY,
     TEMPLATE_KEY,
-    THINKING,
-    TOOL_CALLS,
     Anchor,
     LoadedField,
     LoadedTemplate,
@@ -35,45 +32,10 @@ from conformance.formats.response_template import (
     load_template,
 )
 
-# The three server configurations the audit predicts, keyed as in reports and `expect`.
-CONFIGURATIONS: dict[str, str] = {
-    "tool_call_parser_hf": "--enable-auto-tool-choice --tool-call-parser hf",
-    "reasoning_parser_hf": "--reasoning-parser hf",
-    "both": "--enable-auto-tool-choice --tool-call-parser hf --reasoning-parser hf",
-}
-
-
-# vLLM 0.32's own messages (vllm/parser/response_template.py).
-MISSING_TEMPLATE = "The hf parser requires `response_template` metadata in the tokenizer configuration"
-
-
-INVALID_PREFIX = "Invalid response_template metadata: "
-
-
-THINKING_REQUIRED = "--reasoning-parser hf requires a response_template with a thinking field"
-
-
-TOOL_CALLS_REQUIRED = "--tool-call-parser hf requires a response_template with a tool_calls field"
-
-
 REGEX_SEARCH_TIMEOUT_S = 0.2
-
-
 ANALYSIS_TIMEOUT_S = 20.0
-
-
 _PROBE_RUN_LENGTH = 2000
-
-
 _SHOWN_PATTERN_CHARS = 40
-
-
-@dataclass(frozen=True)
-class StartupVerdict:
-    """Predicted outcome of starting vLLM (0.32 or 0.33) with one flag combination."""
-
-    starts: bool
-    error: str | None  # vLLM's own innermost message when it does not start
 
 
 @dataclass(frozen=True)
@@ -84,7 +46,7 @@ class Finding:
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class TemplateAnalysis:
     metadata_key: str  # "response_template", "response_schema", "both" or "none"
     present: bool  # a `response_template` key exists
@@ -92,11 +54,26 @@ class TemplateAnalysis:
     error: str | None  # the loader's message, or why the value is not usable at all
     regions: str  # short description of the regions the template recognises
     findings: tuple[Finding, ...]
-    vllm_0_32: dict[str, StartupVerdict] = field(default_factory=dict)
-    vllm_0_32_rust: dict[str, RustVerdict] = field(default_factory=dict)  # `vllm-rs serve` (predictors/vllm_rs.py)
-    vllm_0_33: dict[str, StartupVerdict] = field(default_factory=dict)  # predictors/vllm_033.py
-    vllm_0_33_rust: dict[str, RustVerdict] = field(default_factory=dict)  # 0.32's frontend rules, 0.33's engine
-    sglang_0_5_23: dict[str, SGLangVerdict] = field(default_factory=dict)  # SGLang's server (predictors/sglang.py)
+    # {predictor key: {configuration: verdict}}, in the registry's order (conformance.audit.predictors.registry)
+    predictions: Mapping[str, Mapping[str, Any]]
+
+    def __init__(self, metadata_key: str, present: bool, valid: bool, error: str | None, regions: str,
+                 findings: tuple[Finding, ...], predictions: Mapping[str, Mapping[str, Any]] | None = None,
+                 **by_key: Mapping[str, Any]) -> None:
+        """`by_key` replaces single predictions by their key (`vllm_0_33=...`, as `dataclasses.replace` passes it)."""
+        if unknown := sorted(set(by_key) - set(PREDICTOR_KEYS)):
+            raise TypeError(f"unknown prediction(s): {', '.join(unknown)}")
+        for name, value in (("metadata_key", metadata_key), ("present", present), ("valid", valid), ("error", error),
+                            ("regions", regions), ("findings", findings),
+                            ("predictions", {**(predictions or {}), **by_key})):
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, key: str) -> Mapping[str, Any]:
+        """A prediction by its key: `analysis.vllm_0_32`."""
+        predictions = self.__dict__.get("predictions") or {}  # not yet set while unpickling
+        if key in predictions:
+            return predictions[key]
+        raise AttributeError(key)
 
 
 class TemplateAnalysisTimeout(RuntimeError):
@@ -112,42 +89,6 @@ def _resolve(tokenizer_config: dict) -> dict | None:
     """Mirror of `resolve_response_template`: only a dict counts, anything else is absent."""
     template = tokenizer_config.get(TEMPLATE_KEY)
     return template if isinstance(template, dict) else None
-
-
-def _verdicts(template: dict | None, serving_error: str | None, fields: set[str],
-              engine_missing: str = MISSING_TEMPLATE,
-              frontend_missing: Callable[[bool, bool], str] = lambda reasoning, tools: MISSING_TEMPLATE,
-              ) -> dict[str, StartupVerdict]:
-    """The first error each configuration hits, in vLLM 0.32's order (contract 1.4), with a release's texts
-    for a missing template (the engine's; the frontend's given whether it validates for reasoning, tools).
-
-    `--reasoning-parser hf` first fails in the engine config (`_serving_template`, raw message); the
-    frontend (`validate_tokenizer_response_template`) then prefixes loader errors and checks the fields.
-    """
-
-    def frontend(reasoning: bool, tools: bool) -> str | None:
-        if template is None:
-            return frontend_missing(reasoning, tools)
-        if serving_error is not None:
-            return INVALID_PREFIX + serving_error
-        if reasoning and THINKING not in fields:
-            return THINKING_REQUIRED
-        if tools and TOOL_CALLS not in fields:
-            return TOOL_CALLS_REQUIRED
-        return None
-
-    engine_error = _engine_error(template, serving_error, engine_missing)
-    errors = {
-        "tool_call_parser_hf": frontend(reasoning=False, tools=True),
-        "reasoning_parser_hf": engine_error or frontend(reasoning=True, tools=False),
-        "both": engine_error or frontend(reasoning=True, tools=True),
-    }
-    return {name: StartupVerdict(starts=error is None, error=error) for name, error in errors.items()}
-
-
-def _engine_error(template: dict | None, serving_error: str | None, missing: str = MISSING_TEMPLATE) -> str | None:
-    """What the engine configuration says about the template with `--reasoning-parser hf`."""
-    return missing if template is None else serving_error
 
 
 def _show_anchor(anchor: Anchor) -> str:
@@ -298,7 +239,7 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
         if serving_error is not None and load_error is None:
             findings.append(Finding("not-servable", f"loads, but vLLM 0.32 serving rejects it: {serving_error}"))
     fields = set(loaded.fields) if loaded else set()
-    raw_template = tokenizer_config.get(TEMPLATE_KEY)
+    facts = TemplateFacts(template, tokenizer_config.get(TEMPLATE_KEY), serving_error, frozenset(fields))
     return TemplateAnalysis(
         metadata_key=metadata_key,
         present=present,
@@ -306,9 +247,5 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
         error=load_error,
         regions=_describe(loaded) if loaded is not None else "",
         findings=tuple(findings),
-        vllm_0_32=_verdicts(template, serving_error, fields),
-        vllm_0_32_rust=rust_verdicts(raw_template, _engine_error(template, serving_error)),
-        vllm_0_33=_verdicts(template, serving_error, fields, audit_033.ENGINE_MISSING, audit_033.frontend_missing),
-        vllm_0_33_rust=rust_verdicts(raw_template, _engine_error(template, serving_error, audit_033.ENGINE_MISSING)),
-        sglang_0_5_23=sglang_verdicts(template),
+        predictions={predictor.key: predictor.predict(facts) for predictor in PREDICTORS},
     )

@@ -17,9 +17,9 @@ import sys
 import threading
 from typing import Any
 
+from conformance.audit.predictors.vllm_032 import StartupVerdict
 from conformance.audit.template_rules import (
     ANALYSIS_TIMEOUT_S,
-    StartupVerdict,
     TemplateAnalysis,
     TemplateAnalysisTimeout,
     TemplateTooExpensive,

@@ -36,6 +36,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from conformance.audit.predictors.predictor import Predictor
 from conformance.audit.predictors.vllm_032_answers import (
     streaming_template,  # the same derivation as vLLM 0.32's
 )
@@ -149,3 +150,6 @@ def sglang_verdicts(template: dict | None) -> dict[str, SGLangVerdict]:
         else SGLangVerdict("starts", None),
         "both": tools(start_error),
     }
+
+
+PREDICTOR = Predictor("sglang_0_5_23", "outcome", lambda facts: sglang_verdicts(facts.template))  # from its code

@@ -31,6 +31,10 @@ proves it against the 0.33 binary's `vllm-rs render` and 0.33's engine configura
 
 from __future__ import annotations
 
+from conformance.audit.predictors.predictor import Predictor
+from conformance.audit.predictors.vllm_032 import engine_error, python_verdicts
+from conformance.audit.predictors.vllm_rs import rust_verdicts
+
 _REQUIRES_METADATA = "requires `response_template` metadata in the tokenizer configuration"
 ENGINE_MISSING = f"Parsing with a response template {_REQUIRES_METADATA}"
 
@@ -41,4 +45,11 @@ def frontend_missing(reasoning: bool, tools: bool) -> str:
     return f"{' '.join(selected)} {_REQUIRES_METADATA}"
 
 
-__all__ = ["ENGINE_MISSING", "frontend_missing"]
+
+PREDICTORS = (
+    Predictor("vllm_0_33", "startup", lambda facts: python_verdicts(
+        facts.template, facts.serving_error, facts.fields, ENGINE_MISSING, frontend_missing), "vLLM 0.33 "),
+    # 0.32's frontend rules, 0.33's engine
+    Predictor("vllm_0_33_rust", "outcome", lambda facts: rust_verdicts(
+        facts.raw_template, engine_error(facts.template, facts.serving_error, ENGINE_MISSING))),
+)

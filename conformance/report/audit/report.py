@@ -18,9 +18,10 @@ from typing import IO, Any
 
 from conformance import __version__
 from conformance.audit.checkpoint_audit import OK, CheckpointAudit
+from conformance.audit.predictors.registry import PREDICTORS
 from conformance.audit.predictors.sglang import SGLANG_CONFIGURATIONS, SGLangVerdict
+from conformance.audit.predictors.vllm_032 import CONFIGURATIONS, StartupVerdict
 from conformance.audit.predictors.vllm_rs import RUST_CONFIGURATIONS, RustVerdict
-from conformance.audit.template_rules import CONFIGURATIONS, StartupVerdict
 from conformance.report.audit.offline import offline_lines
 from conformance.util.markdown_text import code_span, visible
 
@@ -46,11 +47,7 @@ def audit_to_json(audit: CheckpointAudit) -> dict[str, Any]:
         } if template else None,
         "regions": template.regions if template else None,
         "findings": [{"code": f.code, "message": f.message} for f in audit.findings],
-        "vllm_0_32": _python_json(audit.vllm_0_32),
-        "vllm_0_32_rust": _outcome_json(audit.vllm_0_32_rust),
-        "vllm_0_33": _python_json(audit.vllm_0_33),
-        "vllm_0_33_rust": _outcome_json(audit.vllm_0_33_rust),
-        "sglang_0_5_23": _outcome_json(audit.sglang_0_5_23),
+        **{predictor.key: PREDICTION_JSON[predictor.kind](audit.prediction(predictor)) for predictor in PREDICTORS},
         "expect": audit.expect,
         "unmet_expectations": audit.unmet_expectations,
         "warnings": audit.warnings,
@@ -70,6 +67,9 @@ def _python_json(verdicts: dict[str, StartupVerdict] | None) -> dict[str, Any] |
     if verdicts is None:
         return None
     return {name: {"starts": verdict.starts, "error": verdict.error} for name, verdict in verdicts.items()}
+
+
+PREDICTION_JSON = {"startup": _python_json, "outcome": _outcome_json}  # by the predictor's kind
 
 
 def build_report(audits: list[CheckpointAudit], *, started_at: datetime, complete: bool) -> dict[str, Any]:
