@@ -122,3 +122,22 @@ def test_a_recording_made_before_headers_still_rechecks(recorded, tmp_path):
     cases_dir = cases["ok"].source.parent
     assert main(["recheck", str(old), "--cases", str(cases_dir), "--out", str(tmp_path / "re")]) == 0
     assert read_header(tmp_path / "re" / "results.jsonl", "results")["server"]["version"] == "9.9"
+
+
+def test_each_forced_transcript_records_the_text_it_forced(recorded):
+    """Views read the forced text from the recording (ARCHITECTURE.md, rule 3), not back out of the
+    request through a profile's forcing method."""
+    _, out = recorded
+    assert [t.forced_text for t in read_transcripts(out / "transcripts.jsonl")] == ["forced <think> text"] * 2
+
+
+def test_a_recording_made_before_the_forced_text_was_recorded_gets_it_back_from_its_request(recorded, tmp_path):
+    cases, out = recorded
+    old = tmp_path / "old" / "transcripts.jsonl"
+    old.parent.mkdir()
+    lines = [json.loads(line) for line in (out / "transcripts.jsonl").read_text().splitlines()]
+    old.write_text("".join(json.dumps({k: v for k, v in line.items() if k != "forced_text"}) + "\n" for line in lines))
+    assert {t.forced_text for t in read_transcripts(old)} == {None}
+    cases_dir = cases["ok"].source.parent
+    assert main(["recheck", str(old), "--cases", str(cases_dir), "--out", str(tmp_path / "re")]) == 0
+    assert "forced &lt;think&gt; text" in (tmp_path / "re" / "report.html").read_text()

@@ -133,12 +133,14 @@ def test_pass_at_k_counts_a_case_once_if_any_repeat_passed():
 
 def test_html_shows_the_forced_text_the_findings_and_compact_token_ids():
     from conformance.servers.forcing import forcing_extra_body
+    from conformance.servers.profiles import upgrade_recording
     from tests.engine_helpers import response_transcript
 
     forced = "<think>\nplan (a|b)*\n</think>\n\n<tool_call>\n{\"city\": \"A\\\\B\"}\n</tool_call>"
     transcript = response_transcript({"content": "x"}, "stop", case_id="one-call",
                                      request={"model": "tiny", **forcing_extra_body(forced)})
     transcript.forced = True
+    upgrade_recording([transcript])  # a transcript without `forced_text`, as recorded before it was: read back
     transcript.response["choices"][0]["token_ids"] = [1, 2, 3]
     replay = Check("client_replay", "fail", "finding", "openai client rebuilds a different message: content")
     results = [result("one-call", "non-stream", "pass", checks=[replay])]

@@ -178,9 +178,12 @@ def run_compare(args: argparse.Namespace) -> int:
     from conformance.compare.gate import build_gate
     from conformance.record.run_dir import read_run_dir
     from conformance.record.transcript import TranscriptError
+    from conformance.servers.profiles import upgrade_recording
 
     try:
         recordings = [read_run_dir(args.baseline), read_run_dir(args.candidate)]
+        for recording in recordings:
+            upgrade_recording(recording.transcripts)
         pair = (str(recordings[0].stamp.get("profile")), str(recordings[1].stamp.get("profile")))
         entries, source = _expectations(args, pair)
     except (TranscriptError, ExpectationsError) as exc:

@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from conformance.record.transcript import TranscriptError
     from conformance.report.run.write import write_reports
     from conformance.run.engine import recheck
+    from conformance.servers.profiles import upgrade_recording
     from conformance.suite.cases import CaseFileError, load_suite
 
     if args.out == Path("-"):
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         return exit_codes.ERROR
     try:
         transcripts = read_transcripts(args.transcripts)
+        upgrade_recording(transcripts)
         cases = load_suite(args.cases)
         markers = markers_for_checkpoint(args.checkpoint)
     except (TranscriptError, CaseFileError, CheckpointError) as exc:

@@ -144,9 +144,7 @@ def _excerpt(pair: Pair, difference: Difference) -> dict[str, Any]:
     if transcript is not None:
         request = {k: v for k, v in transcript.request.items() if k not in EXCERPT_REQUEST_SKIP}
         if transcript.forced:
-            from conformance.servers.profiles import profile_record
-
-            request["forced output"] = profile_record(transcript.profile).forcing.forced_text(transcript.request)
+            request["forced output"] = transcript.forced_text
     return {"request": request,
             **{side: answer_summary(pair.transcripts.get(side)) for side in SIDES}}
 

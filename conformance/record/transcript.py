@@ -52,6 +52,9 @@ class Transcript:
     server: ServerStamp
     request: dict[str, Any]  # the JSON body as sent (model and stream included); a preflight's origin, method...
     forced: bool = True  # the request carried the forcing fields (`force` of the case)
+    # The raw output it forced, recorded so that views need no forcing method to read it back out of the
+    # request; None when not forced, or in a recording made before this field (see upgrade_recording).
+    forced_text: str | None = None
     natural: bool = False  # natural mode: judged on `natural` instead of the expected message
     repeat: int = 0
     started_at: str = ""  # ISO 8601, UTC

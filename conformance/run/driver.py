@@ -289,6 +289,7 @@ async def send(
         server=target.stamp(),
         request=body,
         forced=forcing is not None,
+        forced_text=case.force if forcing is not None else None,
         natural=natural,
         repeat=repeat,
         started_at=datetime.now(timezone.utc).isoformat(timespec="milliseconds"),

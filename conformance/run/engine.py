@@ -238,7 +238,8 @@ def _not_sent(case: Case, target: Target, mode: Mode, repeat: int, why: NotSent,
         return Transcript(case.id, mode, target.profile, case.endpoint, target.stamp(), {}, repeat=repeat,
                           skip_reason=why.reason, skip_kind=why.kind)
     return Transcript(case.id, mode, target.profile, case.endpoint, target.stamp(),
-                      request_body(case, mode, target.model, forcing), forced=forcing is not None, repeat=repeat,
+                      request_body(case, mode, target.model, forcing), forced=forcing is not None,
+                      forced_text=case.force if forcing is not None else None, repeat=repeat,
                       transport_error=why.reason)
 
 
@@ -411,7 +412,7 @@ def _recording_mismatch(case: Case | None, transcript: Transcript) -> str | None
     # The forcing fields are the recorded ones (a method naming tokens needs the server to make
     # them): the forced text read back from them must be the case's, the rest of the body today's.
     forcing = {key: transcript.request[key] for key in method.request_keys if key in transcript.request}
-    changed_force = transcript.forced and method.forced_text(transcript.request) != case.force
+    changed_force = transcript.forced and transcript.forced_text != case.force
     wanted = request_body(case, transcript.mode, transcript.request.get("model", ""),
                           forcing if transcript.forced else None)
     differing = sorted(

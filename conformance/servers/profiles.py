@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 
 from conformance.record.case_model import Case, Expectation
+from conformance.record.transcript import Transcript
 from conformance.servers.forcing_methods import RegexForcing
 from conformance.servers.profile import Profile, VersionProbe
 from conformance.servers.transformers_serve import TRANSFORMERS_SERVE_PROFILE
@@ -83,3 +85,11 @@ def expectation_for(case: Case, name: str) -> Expectation | None:
     """The case's expectation for profile `name`: its own, else the first of its fallbacks the case
     has (None: the case expects nothing of this profile)."""
     return next((case.expect[n] for n in expectation_chain(name) if n in case.expect), None)
+
+
+def upgrade_recording(transcripts: Iterable[Transcript]) -> None:
+    """Fill in `forced_text` on the forced transcripts of a recording made before it was recorded, read back
+    out of the request's forcing fields by the profile's forcing method (so views need no registry)."""
+    for transcript in transcripts:
+        if transcript.forced and transcript.forced_text is None:
+            transcript.forced_text = profile_record(transcript.profile).forcing.forced_text(transcript.request)

@@ -25,7 +25,6 @@ from conformance.record.results import (
 from conformance.record.transcript import Transcript
 from conformance.record.wire import Message, read_stream, response_message
 from conformance.report.stamp import stamp_lines
-from conformance.servers.profiles import profile_record
 from conformance.util.json_codec import json_text
 
 STYLE = """
@@ -158,7 +157,7 @@ def _transcript_section(transcript: Transcript | None, parts: list[str]) -> None
     if transcript.skip_reason:
         parts.append(f"<p>Not sent: {escape(transcript.skip_reason)}</p>")
         return
-    forced = profile_record(transcript.profile).forcing.forced_text(transcript.request) if transcript.forced else None
+    forced = transcript.forced_text if transcript.forced else None
     if forced is not None:
         parts += ["<h4>Forced output (the raw text the model was made to generate)</h4>", _pre(forced)]
     parts += [f"<h4>Request ({escape(transcript.endpoint)}, {escape(transcript.mode)})</h4>", _pre(transcript.request)]
