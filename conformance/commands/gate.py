@@ -276,7 +276,7 @@ def _with_checkpoints(args: argparse.Namespace, out_dir: Path, sides: list[Any])
 
     from conformance.commands.run import _directory_digest
     from conformance.formats.tiny_checkpoint import build_fixture
-    from conformance.servers.profiles import profile_record
+    from conformance.servers.profiles import served_variant
 
     built: dict[str, tuple[Path, str]] = {}
     with_checkpoints = []
@@ -284,7 +284,7 @@ def _with_checkpoints(args: argparse.Namespace, out_dir: Path, sides: list[Any])
         if side.base_url is None and args.model is not None:
             side = replace(side, checkpoint=args.model)
         elif side.base_url is None:
-            variant = side.fixture_variant or profile_record(side.profile).fixture_variant
+            variant = served_variant(side.profile, side.fixture_variant)
             if variant not in built:
                 folder = build_fixture(out_dir / ("checkpoint" if variant == "full" else f"checkpoint-{variant}"), variant)
                 built[variant] = (folder, _directory_digest(folder))

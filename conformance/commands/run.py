@@ -212,7 +212,7 @@ class TargetError(Exception):
 def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tuple[str, ...]]]:
     """(Target, markers) for an attached server, or for a freshly launched one (stopped on exit)."""
     from conformance.formats.markers import markers_for_checkpoint
-    from conformance.run.driver import Target
+    from conformance.run.driver import Target, target_of
 
     if args.base_url:
         yield Target(
@@ -223,19 +223,17 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
         return
     from conformance.formats.tiny_checkpoint import build_fixture
     from conformance.servers.launch import ServerStartError, launch
-    from conformance.servers.profiles import PROFILES
+    from conformance.servers.profiles import PROFILES, served_variant
 
-    variant = args.fixture_variant or PROFILES[args.launch].fixture_variant
+    variant = served_variant(args.launch, args.fixture_variant)
     checkpoint = build_fixture(out_dir / "checkpoint", variant=variant)
     server_name = PROFILES[args.launch].server_name
     print(f"starting {server_name} ({args.launch} profile) on {checkpoint} ...", file=sys.stderr)
     try:
         with launch(args.launch, checkpoint, log_dir=out_dir) as server:
-            yield Target(
-                base_url=server.base_url, model=server.model, profile=args.profile or server.profile.name,
-                api_key=args.api_key, timeout=args.timeout, **forcing_fields(args.forcing), version=server.version,
-                args=tuple(server.args), checkpoint_revision=args.checkpoint_revision or _directory_digest(checkpoint),
-                build=server.build_note,
+            yield target_of(
+                server, args.profile, api_key=args.api_key, timeout=args.timeout, **forcing_fields(args.forcing),
+                checkpoint_revision=args.checkpoint_revision or _directory_digest(checkpoint),
                 max_line_bytes=args.max_line_bytes, fixture_variant=variant,
             ), markers_for_checkpoint(checkpoint)  # fmt: skip
     except ServerStartError as exc:

@@ -30,6 +30,7 @@ from conformance.util.json_codec import parse_json
 from conformance.util.side_requests import in_daemon_thread
 
 if TYPE_CHECKING:
+    from conformance.servers.launch import Server
     from conformance.servers.profile import CommandVersionProbe, VersionProbe
     from conformance.servers.runtimes import Runtime
 
@@ -88,6 +89,14 @@ class Target:
     def stamp(self) -> ServerStamp:
         return ServerStamp(self.shown_url, self.model, self.profile, self.version, self.args, self.checkpoint_revision,
                            self.build)
+
+
+def target_of(server: Server, profile: str | None = None, **options: Any) -> Target:
+    """The Target of a launched server: its address, served model, version, flags and build, judged as
+    `profile` (default: the profile it was launched with); `options` are the run's own (API key, timeout,
+    forcing, checkpoint revision, fixture variant, line limit)."""
+    return Target(base_url=server.base_url, model=server.model, profile=profile or server.profile.name,
+                  version=server.version, args=tuple(server.args), build=server.build_note, **options)
 
 
 def redact_url(url: str) -> str:

@@ -59,7 +59,12 @@ from conformance.servers.forcing import (
     ServerRefused,
     TokensUnavailable,
 )
-from conformance.servers.profiles import PROFILES, expectation_for, profile_record
+from conformance.servers.profiles import (
+    PROFILES,
+    expectation_for,
+    profile_record,
+    served_variant,
+)
 from conformance.util.progress import Progress
 
 
@@ -93,15 +98,11 @@ def implied_skip_kinds(target: Target, natural: bool) -> set[str]:
                                       ("model_miss", natural)) if chosen}
 
 
-def served_variant(target: Target) -> str:
-    """The tiny checkpoint's variant the target serves: as told, else the one its profile record is launched on."""
-    return target.fixture_variant or profile_record(target.profile).fixture_variant
-
-
 def other_variant(case: Case, target: Target) -> NotSent | None:
     """The skip of a case that needs another checkpoint variant than the target serves (None: it runs).
     A case naming no variant needs the profile record's."""
-    needed, served = case.fixture_variant or profile_record(target.profile).fixture_variant, served_variant(target)
+    needed = served_variant(target.profile, case.fixture_variant)
+    served = served_variant(target.profile, target.fixture_variant)
     if needed == served:
         return None
     return NotSent("other_fixture_variant", f"needs the tiny checkpoint's {needed!r} variant; this run serves {served!r}")

@@ -21,7 +21,7 @@ from typing import Any
 from conformance.formats.markers import markers_for_checkpoint
 from conformance.record.case_model import PREFLIGHT_MODES, Case
 from conformance.record.run_dir import Recording
-from conformance.run.driver import Target, make_clients, send
+from conformance.run.driver import Target, make_clients, send, target_of
 from conformance.run.engine import RunOutput, run_async
 from conformance.servers.launch import ServerStartError, start
 
@@ -91,13 +91,9 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
         runs = []
         for side in sides:
             server = servers.get(side.name)
-            target = Target(
-                base_url=server.base_url if server else side.base_url, model=server.model if server else side.model,
-                profile=side.profile, api_key=api_key, timeout=timeout, **forcing,
-                version=server.version if server else None, args=tuple(server.args) if server else (),
-                checkpoint_revision=side.checkpoint_revision if server else None,
-                build=server.build_note if server else None, fixture_variant=side.fixture_variant,
-            )  # fmt: skip
+            options = {"api_key": api_key, "timeout": timeout, **forcing, "fixture_variant": side.fixture_variant}
+            target = (target_of(server, side.profile, checkpoint_revision=side.checkpoint_revision, **options)
+                      if server else Target(side.base_url, side.model, side.profile, **options))
             local = server is not None and side.checkpoint is not None and Path(side.checkpoint).is_dir()  # else a repo id
             runs.append(SideRun(side, target, markers_for_checkpoint(Path(side.checkpoint) if local else None),
                                 round(server.startup_seconds, 1) if server else None))

@@ -49,6 +49,11 @@ def cors_advice_for(name: str, origin: str) -> str | None:
     return advice and re.sub(r"\{origins?\}", lambda m: fill[m.group()], advice)
 
 
+def served_variant(name: str, told: str | None = None) -> str:
+    """The tiny checkpoint's variant a server of profile `name` serves: as told, else its record's."""
+    return told or profile_record(name).fixture_variant
+
+
 def launchable_profiles() -> list[str]:
     """Names of the records the launcher can start (those with a `launch`), in PROFILES order."""
     return [name for name, profile in PROFILES.items() if profile.launch is not None]
