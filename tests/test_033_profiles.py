@@ -17,8 +17,8 @@ import pytest
 from conformance.run.driver import Target
 from conformance.run.engine import run
 from conformance.servers.forcing import forcing_extra_body
-from conformance.servers.launch import Server
 from conformance.servers.forcing_methods import RegexForcing
+from conformance.servers.launch import Server
 from conformance.servers.runtimes.vllm_033 import rust_frontend_binary
 from conformance.suite.cases import load_suite
 

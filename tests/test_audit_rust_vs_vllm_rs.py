@@ -30,8 +30,8 @@ from conformance.audit.predictors.vllm_rs import (
 from conformance.audit.template_rules import analyze_template_unbounded
 from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.servers.launch import Server
-from conformance.servers.profiles import PROFILES
 from conformance.servers.profile import Profile
+from conformance.servers.profiles import PROFILES
 from conformance.servers.runtimes.vllm_rs import ensure_binary
 from tests.audit_helpers import QWEN3_STYLE, mutation_corpus
 from tests.server_helpers import chat

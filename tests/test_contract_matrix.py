@@ -13,8 +13,8 @@ import pytest
 from conformance.cli import main
 from conformance.compare.contract_matrix import build_matrix
 from conformance.record.run_dir import read_run_dir
-from conformance.report.matrix import html as matrix_html
-from conformance.report.matrix import markdown as matrix_markdown
+from conformance.report.contract_matrix import html as matrix_html
+from conformance.report.contract_matrix import markdown as matrix_markdown
 from conformance.suite.cases import load_suite
 from tests.chromium_cdp import CHROMIUM, Chromium, keep_artifact
 from tests.engine_helpers import load_cases, modes_needing_another_variant

@@ -17,6 +17,7 @@ from conformance.run.engine import run
 from conformance.run.gate_sides import GateSetupError, GateSide, targets_for
 from conformance.run.judge import judge
 from conformance.servers.forcing import ServerTokenizer
+from conformance.servers.forcing_methods import NoForcing
 from conformance.servers.launch import (
     ServerStartError,
     descendant_pids,
@@ -24,11 +25,10 @@ from conformance.servers.launch import (
     pid_alive,
     server_command,
 )
-from conformance.servers.vllm import find_vllm_error
-from conformance.servers.profiles import PROFILES, expectation_for, launchable_profiles
 from conformance.servers.profile import Launch, Profile, VersionProbe
-from conformance.servers.forcing_methods import NoForcing
+from conformance.servers.profiles import PROFILES, expectation_for, launchable_profiles
 from conformance.servers.runtimes import SetupError, VirtualEnv
+from conformance.servers.vllm import find_vllm_error
 from tests.engine_helpers import load_cases, response_transcript
 from tests.fake_server import fake_server
 

@@ -31,9 +31,8 @@ from conformance.servers.launch import (
     pid_alive,
     start,
 )
-from conformance.servers.vllm import find_vllm_error
 from conformance.servers.profiles import PROFILES, resolve_profile
-from conformance.servers.vllm import vllm_profile
+from conformance.servers.vllm import find_vllm_error, vllm_profile
 from conformance.util import exit_codes
 from tests.scripted_server import Reply, scripted_server
 from tests.server_helpers import WEATHER_TOOL, chat, chat_stream

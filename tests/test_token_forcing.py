@@ -23,8 +23,8 @@ from conformance.servers.forcing import (
     token_grammar_body,
     token_grammar_text,
 )
-from conformance.servers.profiles import PROFILES
 from conformance.servers.forcing_methods import TokenGrammarForcing
+from conformance.servers.profiles import PROFILES
 from tests.engine_helpers import load_cases
 from tests.scripted_server import json_reply, scripted_server
 

@@ -16,9 +16,8 @@ from conformance.record.transcript import ServerStamp, SseLine, Transcript
 from conformance.record.wire import read_stream
 from conformance.run.checks.contract import check_stream_framing
 from conformance.servers.launch import ServerStartError, start
-from conformance.servers.transformers_serve import find_transformers_serve_error
-from conformance.servers.profiles import PROFILES
 from conformance.servers.profile import CommandVersionProbe
+from conformance.servers.profiles import PROFILES
 from conformance.servers.runtimes import CurrentInterpreter, SetupError
 from conformance.servers.runtimes.transformers_serve import (
     MARKER_FILE,
@@ -35,6 +34,7 @@ from conformance.servers.sequence_bias import (
     served_messages,
     verify_answer,
 )
+from conformance.servers.transformers_serve import find_transformers_serve_error
 
 NO_INDEX = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""}  # nothing from the network in these tests
 

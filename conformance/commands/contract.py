@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from conformance.compare.contract_matrix import build_matrix
     from conformance.record.run_dir import read_run_dir
     from conformance.record.transcript import TranscriptError
-    from conformance.report.matrix.write import write_contract_reports
+    from conformance.report.contract_matrix.write import write_contract_reports
     from conformance.suite.cases import CaseFileError, load_suite
 
     try:

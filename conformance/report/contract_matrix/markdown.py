@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from conformance.compare.contract_matrix import rows_by_feature
+from conformance.report.contract_matrix import view
 from conformance.report.gate.markdown import MAX_BYTES, code, segments, text
-from conformance.report.matrix import view
 
 STATE_MARKS = {"differs": "**≠** ", "reference": "", "same": "", "unobserved": "_not observed:_ "}
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from conformance.report.matrix import html as matrix_html
-from conformance.report.matrix import markdown as matrix_markdown
+from conformance.report.contract_matrix import html as matrix_html
+from conformance.report.contract_matrix import markdown as matrix_markdown
 
 MATRIX_FILES = {"markdown": "contract.md", "html": "contract.html"}
 

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from conformance.compare.contract_matrix import rows_by_feature
+from conformance.report.contract_matrix import view
 from conformance.report.gate.html import CSP, STYLE, c, h, segments
 from conformance.report.gate.view import anchor
-from conformance.report.matrix import view
 
 MATRIX_STYLE = """
 body{max-width:none}
