@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -154,8 +155,6 @@ def test_every_module_imports(module: str) -> None:
 def test_every_subpackage_ships_in_the_wheel() -> None:
     """pyproject.toml lists the packages by hand (the shipped cases and docs are mapped from outside the
     package): a new subpackage missing there would be absent from an installed suite."""
-    import tomllib
-
     listed = set(tomllib.loads((SOURCE_ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]["packages"])
     packages = {_dotted(path.parent / "__init__.py") for path in PACKAGE_DIR.rglob("__init__.py")
                 if not DATA_PACKAGES & set(path.relative_to(PACKAGE_DIR).parts)}
