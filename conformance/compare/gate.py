@@ -38,30 +38,25 @@ from conformance.servers.profiles import cors_advice_for
 from conformance.util import exit_codes
 
 GATE_FORMAT = "conformance-gate/1"
-
-
 GATE_FILE = "gate.json"
-
-
 SIDES = ("baseline", "candidate")
-
-
 NEWLY_BAD = ("fail", "error")
-
-
 EXCERPT_REQUEST_SKIP = {"messages", "input", "tools", "model", "structured_outputs", "return_token_ids"}
 
 
 def build_gate(baseline: Recording, candidate: Recording, entries: Sequence[Acknowledgement] = (), *,
                strict: bool = False, cors: Mapping[str, Any] | None = None,
-               expectations: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               expectations: Mapping[str, Any] | None = None, interrupted: str | None = None) -> dict[str, Any]:
     """The gate record of two recordings (see the module docstring and docs/gate-format.md);
-    `expectations` says where `entries` come from (`{"file": ..., "note": ...}`)."""
+    `expectations` says where `entries` come from (`{"file": ..., "note": ...}`); `interrupted` says how
+    the live gate was stopped before both sides finished (its verdict is then an error)."""
     pairs = pair_runs((baseline.transcripts, baseline.results), (candidate.transcripts, candidate.results))
     by_pair = [(pair, diff_pair(pair)) for pair in pairs]
     differences = [difference for _, found in by_pair for difference in found]
     matched, stale = acknowledge(differences, entries)
-    acknowledged_by = {id(d): entry for d, entry in matched if entry is not None}
+    # A case recorded on one side only was not compared: what differs there can never be acknowledged.
+    unrun = {id(d) for pair, found in by_pair if missing_sides(pair) for d in found}
+    acknowledged_by = {id(d): entry for d, entry in matched if entry is not None and id(d) not in unrun}
     newly_failing = [d for d in differences if d.kind == "outcome" and d.candidate in NEWLY_BAD
                      and d.baseline not in NEWLY_BAD]
     return {
@@ -71,7 +66,9 @@ def build_gate(baseline: Recording, candidate: Recording, entries: Sequence[Ackn
         "origin": cors.get("origin") if cors else None,
         "sides": {side: _side(recording, cors) for side, recording in zip(SIDES, (baseline, candidate))},
         "expectations": dict(expectations) if expectations else None,
-        "verdict": _verdict(pairs, matched, stale, newly_failing, (baseline, candidate), strict),
+        "interrupted": interrupted,
+        "missing": missing_by_side(pairs),
+        "verdict": _verdict(pairs, matched, stale, newly_failing, (baseline, candidate), strict, unrun, interrupted),
         "differences": [
             {**difference.to_dict(), "id": difference.key,
              "acknowledged": _acknowledgement(acknowledged_by.get(id(difference)), difference, newly_failing),
@@ -100,6 +97,16 @@ def _side(recording: Recording, cors: Mapping[str, Any] | None) -> dict[str, Any
             "cors_advice": cors_advice_for(profile, str(cors.get("origin"))) if cors and cors.get("origin") else None}
 
 
+def missing_sides(pair: Pair) -> list[str]:
+    """The sides that did not record this case x mode (no transcript or no result: never run, or interrupted)."""
+    return [side for side in SIDES if pair.transcripts.get(side) is None or pair.results.get(side) is None]
+
+
+def missing_by_side(pairs: Sequence[Pair]) -> dict[str, list[str]]:
+    """{side: the case x mode (`id[mode]`) recorded under the other side only}."""
+    return {side: [f"{p.case_id}[{p.mode}]" for p in pairs if side in missing_sides(p)] for side in SIDES}
+
+
 def _acknowledgement(entry: Acknowledgement | None, difference: Difference,
                      newly_failing: Sequence[Difference]) -> dict[str, Any] | None:
     if entry is None or any(difference is bad for bad in newly_failing):
@@ -109,19 +116,32 @@ def _acknowledgement(entry: Acknowledgement | None, difference: Difference,
 
 def _verdict(pairs: Sequence[Pair], matched: Sequence[tuple[Difference, Acknowledgement | None]],
              stale: Sequence[Acknowledgement], newly_failing: Sequence[Difference],
-             recordings: tuple[Recording, Recording], strict: bool) -> dict[str, Any]:
+             recordings: tuple[Recording, Recording], strict: bool, unrun: set[int],
+             interrupted: str | None) -> dict[str, Any]:
     baseline = recordings[0]
-    unacknowledged = [d for d, entry in matched if entry is None or d in newly_failing]
+    unacknowledged = [d for d, entry in matched if entry is None or d in newly_failing or id(d) in unrun]
     baseline_errors = [r for r in baseline.results if r.outcome == "error" and r.repeat == 0]
     unjudged = [side for side, recording in zip(SIDES, recordings)
                 if not any(r.outcome in ("pass", "fail") for r in recording.results)]
+    missing = missing_by_side(pairs)
+    compared = [p for p in pairs if not missing_sides(p)]
     counts = {"unacknowledged": len(unacknowledged), "acknowledged": len(matched) - len(unacknowledged),
-              "stale": len(stale), "newly_failing": len(newly_failing), "compared": len(pairs)}
+              "stale": len(stale), "newly_failing": len(newly_failing), "compared": len(compared)}
     line = (f"{counts['unacknowledged']} unacknowledged difference(s), {counts['acknowledged']} acknowledged, "
             f"{counts['stale']} stale, {counts['newly_failing']} newly failing or erroring under the candidate "
             f"({counts['compared']} case x mode compared)")
-    if not pairs:
-        outcome, code, line = "error", exit_codes.ERROR, "nothing was compared: the recordings share no case"
+    incomplete = "; ".join(f"{len(names)} case x mode not recorded under the {side} (e.g. {names[0]})"
+                           for side, names in missing.items() if names)
+    if interrupted:
+        outcome, code = "error", exit_codes.ERROR
+        line = f"interrupted ({interrupted}) before both sides finished: " + (incomplete or line)
+    elif not compared:
+        outcome, code = "error", exit_codes.ERROR
+        line = "nothing was compared: the recordings share no case recorded on both sides" + (
+            f" ({incomplete})" if incomplete else "")
+    elif incomplete:
+        outcome, code = "error", exit_codes.ERROR
+        line = f"incomplete recordings, compare only complete runs: {incomplete}; " + line
     elif unjudged:
         outcome, code = "error", exit_codes.ERROR
         line = f"nothing was judged under the {' and the '.join(unjudged)}: every result is a skip or an error"
