@@ -50,7 +50,10 @@ examples:
 COMPARE_DESCRIPTION = """\
 Compare two recorded runs (directories written by `conformance run --out` or the baseline/ and
 candidate/ folders of a gate) exactly as `conformance gate` compares live servers, with no server:
-the same differences, expectations, verdict and reports.
+the same differences, expectations, verdict and reports. Each side's transcripts are judged again with
+the case set (--cases, default the shipped cases), so a results.jsonl the answers do not bear out
+never passes; a case the set does not hold keeps its recorded result only where its answer bears it
+out (exit 2 otherwise).
 
 example:
   conformance compare reports/gate-X/baseline reports/gate-X/candidate --expect expect.yaml --out /tmp/cmp
@@ -88,6 +91,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        COMPARE_DESCRIPTION)
     compare.add_argument("baseline", type=Path, metavar="RUN_A", help="the baseline's run directory")
     compare.add_argument("candidate", type=Path, metavar="RUN_B", help="the candidate's run directory")
+    compare.add_argument("--cases", type=Path, metavar="DIR",
+                         help="the case directory both runs were recorded with (default: the shipped cases): each "
+                              "side's transcripts are judged again with it, results.jsonl is not trusted")
     _common(compare, "<RUN_B>/../compare-<time>")
     compare.set_defaults(func=run_compare)
 
@@ -176,24 +182,44 @@ def _write_gate_reports(out_dir: Path, gate: dict[str, Any]) -> dict[str, Path]:
 def run_compare(args: argparse.Namespace) -> int:
     from conformance.compare.expectations import ExpectationsError
     from conformance.compare.gate import build_gate
+    from conformance.compare.rejudge import UnsupportedResults
     from conformance.record.run_dir import read_run_dir
     from conformance.record.transcript import TranscriptError
     from conformance.servers.profiles import upgrade_recording
+    from conformance.suite.cases import CaseFileError, load_suite
 
     try:
+        cases = load_suite(args.cases)
         recordings = [read_run_dir(args.baseline), read_run_dir(args.candidate)]
         for recording in recordings:
             upgrade_recording(recording.transcripts)
+        recordings = [_judged_again(recording, cases) for recording in recordings]
         pair = (str(recordings[0].stamp.get("profile")), str(recordings[1].stamp.get("profile")))
         entries, source = _expectations(args, pair)
-    except (TranscriptError, ExpectationsError) as exc:
+    except (TranscriptError, ExpectationsError, CaseFileError, UnsupportedResults) as exc:
         return _error("compare", str(exc))
-    problems = _check_selectors(entries, recordings, None)
+    problems = _check_selectors(entries, recordings, args.cases)
     if problems:
         return _error("compare", "\n".join(problems))
     cors = _recorded_cors(args.candidate.parent)
     gate = build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source)
     return _finish(gate, args.out or args.candidate.resolve().parent / f"compare-{_stamp_time()}")
+
+
+def _judged_again(recording: Any, cases: list[Any]) -> Any:
+    """The recording judged again from its transcripts, with the markers its run checked (its header)."""
+    from conformance.compare.rejudge import judged_again
+    from conformance.formats.markers import DEFAULT_MARKERS
+    from conformance.record.recording import read_header
+    from conformance.record.transcript import TRANSCRIPTS_FILE
+
+    header = read_header(Path(str(recording.run_dir)) / TRANSCRIPTS_FILE, "transcripts") or {}
+    judged, notes = judged_again(recording, cases, tuple(header.get("markers") or DEFAULT_MARKERS))
+    if notes:
+        print(f"conformance compare: {recording.run_dir}: {len(notes)} recorded result(s) differ from their "
+              f"transcripts judged again (e.g. {notes[0]}); the gate uses the judgement of the transcripts",
+              file=sys.stderr)
+    return judged
 
 
 def _recorded_cors(gate_dir: Path) -> dict[str, Any] | None:
