@@ -134,7 +134,8 @@ IDIOMS: tuple[Idiom, ...] = (
 def run_idioms(server: ReplayServer, requests: Mapping[str, Mapping[str, Any]], answers: Mapping[str, Answer],
                idioms: Sequence[Idiom] = IDIOMS) -> list[IdiomRun]:
     """Every idiom whose case is in `answers`: driven with that case's request (`requests[case]`, the
-    case's messages and tools), answered with `answers[case]`."""
+    case's messages and tools), answered with `answers[case]`. The AI SDK's run in one Node batch
+    (`node_ai_sdk.BatchFailed` when it fails)."""
     runs: list[IdiomRun] = []
     node_jobs: list[tuple[Idiom, int, Job]] = []
     for idiom in idioms:

@@ -1,12 +1,14 @@
 """The Vercel AI SDK (`ai` + `@ai-sdk/openai-compatible`, the pinned Node project in clients/node) over
 replayed answers: `generateText` and `streamText`. One Node process runs a whole batch of jobs
-(clients/node/replay.mjs reads a JSON job list, writes one JSON result per line)."""
+(clients/node/replay.mjs reads a JSON job list, writes one JSON result per line); a batch that cannot
+start, times out or stops early raises `BatchFailed` with the jobs it finished."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -18,14 +20,35 @@ from conformance.record.wire import Message, ToolCall
 from conformance.util.package_paths import NODE_PROJECT_DIR
 
 NODE_PROJECT_ENV = "CONFORMANCE_NODE_CLIENTS"  # another directory holding replay.mjs and its node_modules
+BATCH_TIMEOUT_ENV = "CONFORMANCE_NODE_BATCH_TIMEOUT"  # seconds a whole batch may take (default: batch_timeout)
 
 
 class NodeUnavailable(RuntimeError):
     """Node or the pinned packages are missing; the message says which and how to install them."""
 
 
+class BatchFailed(RuntimeError):
+    """A Node batch that could not start, timed out or stopped early; `finished` holds the results of
+    the jobs it finished before (by key); the message says what happened."""
+
+    def __init__(self, message: str, finished: dict[str, Rebuilt]) -> None:
+        super().__init__(message)
+        self.finished = finished
+
+
 def project_dir() -> Path:
     return Path(os.environ.get(NODE_PROJECT_ENV) or NODE_PROJECT_DIR)
+
+
+def batch_timeout(jobs: int) -> float:
+    """Seconds a batch of `jobs` may take: $CONFORMANCE_NODE_BATCH_TIMEOUT, else 60 plus CALL_TIMEOUT per job."""
+    value = os.environ.get(BATCH_TIMEOUT_ENV)
+    if not value:
+        return 60 + CALL_TIMEOUT * jobs
+    try:
+        return float(value)
+    except ValueError:
+        raise NodeUnavailable(f"${BATCH_TIMEOUT_ENV} is {value!r}, not a number of seconds") from None
 
 
 def _node() -> str:
@@ -47,25 +70,62 @@ def version() -> str:
 
 
 def run_batch(jobs: Sequence[Job]) -> dict[str, Rebuilt]:
-    """Every job's result, by key, from one Node process."""
-    node = _node()
+    """Every job's result, by key, from one Node process (BatchFailed when it does not give them all)."""
     payload = [{"id": job.key, "api": job.api.removeprefix("ai-sdk."), "baseURL": job.base_url, "model": job.model,
                 "messages": job.messages, "tools": job.tools, "toolChoice": _tool_choice(job.tool_choice)}
                for job in jobs]
-    with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as handle:
-        json.dump(payload, handle)
-        handle.flush()
-        done = subprocess.run([node, str(project_dir() / "replay.mjs"), handle.name], capture_output=True,
-                              text=True, timeout=60 + CALL_TIMEOUT * len(jobs))
-    lines = done.stdout.splitlines()[1:]
-    results = {}
-    for line in lines:
-        value = json.loads(line)
-        results[value["id"]] = _rebuilt(value)
-    if done.returncode != 0 or len(results) != len(jobs):
-        raise NodeUnavailable(f"the AI SDK batch stopped after {len(results)} of {len(jobs)} jobs "
-                              f"(exit {done.returncode}): {done.stderr.strip()[-500:]}")
+    try:
+        timeout = batch_timeout(len(jobs))
+        with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as handle:
+            json.dump(payload, handle)
+            handle.flush()
+            returncode, stdout, stderr, timed_out = _run_node([_node(), str(project_dir() / "replay.mjs"), handle.name],
+                                                              timeout)
+    except (NodeUnavailable, OSError) as exc:
+        raise BatchFailed(f"the Node batch could not start: {exc}", {}) from None
+    results: dict[str, Rebuilt] = {}
+    for line in stdout.splitlines()[1:]:
+        try:
+            value = json.loads(line)
+            results[value["id"]] = _rebuilt(value)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise BatchFailed(f"the Node batch wrote a line that is not a result: {line[:200]!r}", results) from None
+    done = f"{len(results)} of {len(jobs)} jobs done"
+    if timed_out:
+        raise BatchFailed(f"the Node batch timed out after {timeout:g} s and was killed ({done})", results)
+    if returncode != 0 or len(results) != len(jobs):
+        raise BatchFailed(f"the Node batch {_ended(returncode)} ({done}): {_last_line(stderr)}", results)
     return results
+
+
+def _run_node(command: list[str], timeout: float) -> tuple[int, str, str, bool]:
+    """(exit status, stdout, stderr, timed out) of `command`, killed with its process group at `timeout`."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, encoding="utf-8",
+                          errors="replace", start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+            return process.returncode, stdout, stderr, False
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            return process.returncode, stdout, stderr, True
+        finally:
+            if process.poll() is None:  # interrupted: no Node left behind
+                os.killpg(process.pid, signal.SIGKILL)
+
+
+def _ended(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"was killed by signal {-returncode}"
+
+
+def _last_line(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return f"last stderr line: {lines[-1][:300]!r}" if lines else "nothing on stderr"
 
 
 def _tool_choice(choice: Any) -> Any:

@@ -3,7 +3,7 @@ transcript), the replay server, the drivers, and the comparison into `ClientFind
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from typing import Any
@@ -45,9 +45,17 @@ def client_versions(clients: Sequence[ClientName]) -> dict[str, dict[str, str | 
     return versions
 
 
+def runnable(versions: dict[str, dict[str, str | None]],
+             failed: Mapping[str, str]) -> dict[str, dict[str, str | None]]:
+    """`versions` with each client whose batch failed marked unavailable: it is not started again."""
+    return {client: {**version, "unavailable": f"its batch failed earlier in this command: {failed[client]}"}
+            if client in failed else version for client, version in versions.items()}
+
+
 def replay(transcripts: Sequence[Transcript], clients: Sequence[ClientName],
-           versions: dict[str, dict[str, str | None]]) -> list[ClientFinding]:
-    """One finding per (transcript, client call), in transcript order."""
+           versions: dict[str, dict[str, str | None]]) -> tuple[list[ClientFinding], dict[str, str]]:
+    """One finding per (transcript, client call), in transcript order, and per client whose batch failed,
+    why (its calls that did not finish are `not_run` with that reason)."""
     entries: list[ClientFinding | _Planned] = []
     with running() as server:
         for transcript in transcripts:
@@ -64,9 +72,9 @@ def replay(transcripts: Sequence[Transcript], clients: Sequence[ClientName],
                               transcript.request.get("tool_choice"))
                     entries.append(_Planned(transcript, job))
         planned = [entry for entry in entries if isinstance(entry, _Planned)]
-        rebuilt = _run_all(planned)
+        rebuilt, failed = _run_all(planned)
     return [judge(entry.transcript, entry.job.api, rebuilt[entry.job.key]) if isinstance(entry, _Planned) else entry
-            for entry in entries]
+            for entry in entries], failed
 
 
 def _why_not_run(transcript: Transcript, answer: Answer | None, version: dict[str, str | None]) -> str:
@@ -80,20 +88,23 @@ def _why_not_run(transcript: Transcript, answer: Answer | None, version: dict[st
     return ""
 
 
-def _run_all(planned: Sequence[_Planned]) -> dict[str, Rebuilt | str]:
-    """Each job's `Rebuilt`, or the reason it could not run (a Node batch that failed)."""
+def _run_all(planned: Sequence[_Planned]) -> tuple[dict[str, Rebuilt | str], dict[str, str]]:
+    """Each job's `Rebuilt`, or the reason it could not run; and why the Node batch failed, if it did."""
     results: dict[str, Rebuilt | str] = {}
     node_jobs = [plan.job for plan in planned if CLIENT_OF[plan.job.api] == "ai-sdk"]
     for plan in planned:
         client = CLIENT_OF[plan.job.api]
         if client != "ai-sdk":
             results[plan.job.key] = PYTHON_DRIVERS[client].run(plan.job)
-    if node_jobs:
-        try:
-            results.update(node_ai_sdk.run_batch(node_jobs))
-        except (node_ai_sdk.NodeUnavailable, OSError, ValueError) as exc:
-            results.update({job.key: f"the AI SDK batch failed: {exc}" for job in node_jobs if job.key not in results})
-    return results
+    if not node_jobs:
+        return results, {}
+    try:
+        results.update(node_ai_sdk.run_batch(node_jobs))
+    except node_ai_sdk.BatchFailed as exc:
+        results.update(exc.finished)
+        results.update({job.key: str(exc) for job in node_jobs if job.key not in results})
+        return results, {"ai-sdk": str(exc)}
+    return results, {}
 
 
 def judge(transcript: Transcript, api: Any, rebuilt: Rebuilt | str) -> ClientFinding:
@@ -139,15 +150,24 @@ def _finding(transcript: Transcript, api: Any, outcome: Any, **fields: Any) -> C
 
 
 def replay_idioms(transcripts: Sequence[Transcript], clients: Sequence[ClientName],
-                  versions: dict[str, dict[str, str | None]]) -> list[IdiomFinding]:
-    """Each idiom of an available client whose case was answered (non-streaming), fed that answer."""
+                  versions: dict[str, dict[str, str | None]]) -> tuple[list[IdiomFinding], dict[str, str]]:
+    """Each idiom of an available client whose case was answered (non-streaming), fed that answer; and
+    why the Node batch failed, if it did (the AI SDK's idioms are then left out)."""
     recorded = {t.case_id: t for t in transcripts if t.mode == "non-stream" and t.endpoint == "chat" and answer_of(t)}
     idioms = [idiom for idiom in IDIOMS if idiom.case_id in recorded and idiom.client in clients
               and not versions[idiom.client]["unavailable"]]
     if not idioms:
-        return []
+        return [], {}
+    requests = {case: t.request for case, t in recorded.items()}
+    answers = {case: answer for case, t in recorded.items() if (answer := answer_of(t)) is not None}
+    failed: dict[str, str] = {}
     with running() as server:
-        runs = run_idioms(server, {case: t.request for case, t in recorded.items()},
-                          {case: answer_of(t) for case, t in recorded.items()}, idioms)  # type: ignore[misc]
-    return [IdiomFinding(run.idiom.case_id, recorded[run.idiom.case_id].profile, run.idiom.name, run.idiom.client,
-                         run.surfaced, run.raised, recorded[run.idiom.case_id].status, run.sent) for run in runs]
+        runs = run_idioms(server, requests, answers, [idiom for idiom in idioms if idiom.client != "ai-sdk"])
+        node_idioms = [idiom for idiom in idioms if idiom.client == "ai-sdk"]
+        try:
+            runs += run_idioms(server, requests, answers, node_idioms)
+        except node_ai_sdk.BatchFailed as exc:
+            failed["ai-sdk"] = str(exc)
+    findings = [IdiomFinding(run.idiom.case_id, recorded[run.idiom.case_id].profile, run.idiom.name, run.idiom.client,
+                             run.surfaced, run.raised, recorded[run.idiom.case_id].status, run.sent) for run in runs]
+    return findings, failed

@@ -1,12 +1,14 @@
-"""A loopback HTTP server that answers with a recorded answer, byte for byte as the server sent it,
-so a real client's own HTTP and SSE code reads it.
+"""A loopback HTTP server that answers with a recorded answer as the server sent it, so a real
+client's own HTTP and SSE code reads it.
 
 Each recorded answer is registered under a path prefix of its own (`/r/<n>/v1`): any request under
 that prefix (POST /chat/completions, whatever its body) gets the transcript's status and body. A stream
 is sent as the recorded `data:` lines, each `data: <line>` and a blank line, one HTTP chunk each, with
 `content-type: text/event-stream`; a non-streaming answer as its JSON with `application/json`; a
-refusal as its status and error body. The request bodies a client sends are kept (`requests`), which
-is also how the request side captures what a client really sends.
+refusal as its status and error body. A transcript keeps those two bodies parsed: they are written
+back as UTF-8 JSON, a lone surrogate (which the server can only have sent as an escape) as its
+`\\ud800` escape. The request bodies a client sends are kept (`requests`), which is also how the
+request side captures what a client really sends.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from conformance.record.transcript import Transcript
+from conformance.util.json_codec import json_text
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024  # a client's request body is read up to this size
 
@@ -38,14 +41,17 @@ def answer_of(transcript: Transcript) -> Answer | None:
     if transcript.status is None:
         return None
     if not 200 <= transcript.status < 300:
-        body = transcript.error_body
-        text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
-        return Answer(transcript.status, "application/json", (text.encode("utf-8", "surrogatepass"),))
+        return Answer(transcript.status, "application/json", (body_bytes(transcript.error_body),))
     if transcript.mode == "stream":
         pieces = tuple(f"data: {line.data}\n\n".encode("utf-8", "surrogatepass") for line in transcript.sse)
         return Answer(transcript.status, "text/event-stream; charset=utf-8", pieces)
-    text = json.dumps(transcript.response, ensure_ascii=False)
-    return Answer(transcript.status, "application/json", (text.encode("utf-8", "surrogatepass"),))
+    return Answer(transcript.status, "application/json", (body_bytes(transcript.response),))
+
+
+def body_bytes(body: Any) -> bytes:
+    """A recorded body (parsed JSON, or text) as UTF-8 JSON, each lone surrogate as its `\\uXXXX` escape."""
+    text = body if isinstance(body, str) else json_text(body)
+    return text.encode("utf-8", "backslashreplace")  # only a surrogate fails UTF-8: it becomes `\\ud800`
 
 
 @dataclass

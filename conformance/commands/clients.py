@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from conformance.commands import add_verb
 from conformance.util import exit_codes
 
+if TYPE_CHECKING:
+    from conformance.clients.record import ClientFinding, IdiomFinding
+
 DESCRIPTION = """\
-Serve every recorded answer of a run (or of both sides of a gate) byte for byte from a loopback
+Serve every recorded answer of a run (or of both sides of a gate) as the server sent it from a loopback
 replay server to real clients, and record what each rebuilds: openai-python (chat.completions.create
 with and without stream, the chat.completions.stream() helper), LangChain ChatOpenAI (invoke, stream
 added up), LiteLLM (completion with and without stream, stream_chunk_builder) and the Vercel AI SDK
@@ -25,8 +30,11 @@ the recorded answer of their case (cases/client_idioms.yaml): what each hands it
 Writes clients.jsonl next to each transcripts.jsonl (or under --out) and clients.md (the matrix of
 client calls x profiles, every case where a client loses, changes or rejects something, and what
 each idiom's caller gets).
-Exit 0 when every client call ran; 2 when a client could not run (not installed), nothing was
-replayed, or the recording cannot be read. Findings never fail the command: they are what it reports.
+Exit 0 when every client call ran; 2 when a client could not run (not installed, or its Node batch
+timed out or died: the calls it did not finish are not_run, stderr says why, the other clients'
+findings are written), nothing was replayed, or the recording cannot be read. A command in which no
+client call ran writes nothing over an earlier report. Findings never fail the command: they are what
+it reports.
 
 examples:
   conformance clients reports/run-20261201-101500
@@ -57,15 +65,27 @@ def recordings(run_dir: Path) -> list[tuple[str, Path]]:
             if (run_dir / side / "transcripts.jsonl").is_file()]
 
 
-def run(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
+@dataclass
+class _Side:
+    """One recording replayed, waiting to be written."""
 
+    name: str
+    target: Path
+    header: dict[str, Any]
+    findings: list[ClientFinding]
+    idioms: list[IdiomFinding]
+    transcripts: int
+    seconds: float
+
+
+def run(args: argparse.Namespace) -> int:
     from conformance.clients.record import CLIENTS_FILE, make_header, write_findings
     from conformance.clients.replay_run import (
         CLIENTS,
         client_versions,
         replay,
         replay_idioms,
+        runnable,
     )
     from conformance.record.recording import read_header, read_transcripts
     from conformance.record.transcript import TranscriptError
@@ -79,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     clients = tuple(args.client or CLIENTS)
     versions = client_versions(clients)
     unavailable = {c: v["unavailable"] for c, v in versions.items() if v["unavailable"]}
-    headers, findings, idioms = [], [], []
+    failed: dict[str, str] = {}  # client -> why its batch failed (the first time; it is not started again)
+    sides: list[_Side] = []
     out_root = args.out or (args.run_dir if args.run_dir.is_dir() else args.run_dir.parent)
     for side, path in found:
         try:
@@ -89,37 +110,46 @@ def run(args: argparse.Namespace) -> int:
             print(f"conformance clients: error: {exc}", file=sys.stderr)
             return exit_codes.ERROR
         started = time.monotonic()
-        side_findings = replay(transcripts, clients, versions)
-        side_idioms = replay_idioms(transcripts, clients, versions)
+        side_findings, failures = replay(transcripts, clients, runnable(versions, failed))
+        failed = failures | failed
+        side_idioms, failures = replay_idioms(transcripts, clients, runnable(versions, failed))
+        failed = failures | failed
         header = make_header(transcripts=path, run_header=run_header,
                              profile=transcripts[0].profile if transcripts else None,
                              server=asdict(transcripts[0].server) if transcripts else None, clients=versions,
                              created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         target = (out_root / side if side else out_root) if args.out else path.parent
-        try:
-            target.mkdir(parents=True, exist_ok=True)
-            write_findings(target / CLIENTS_FILE, header, [*side_findings, *side_idioms])
-        except OSError as exc:
-            print(f"conformance clients: error: {target}: cannot write: {exc.strerror or exc}", file=sys.stderr)
-            return exit_codes.ERROR
-        print(f"{side or 'run'}: {len(side_findings)} client calls over {len(transcripts)} transcripts, "
-              f"{len(side_idioms)} client idioms in "
-              f"{time.monotonic() - started:.1f} s: {target / CLIENTS_FILE}")
-        headers.append(header)
-        findings += side_findings
-        idioms += side_idioms
+        sides.append(_Side(side, target, header, side_findings, side_idioms, len(transcripts),
+                           time.monotonic() - started))
+    findings = [finding for side in sides for finding in side.findings]
+    idioms = [idiom for side in sides for idiom in side.idioms]
     report = out_root / "clients.md"
+    for client, reason in {**unavailable, **failed}.items():
+        print(f"conformance clients: error: {client} could not run: {reason}", file=sys.stderr)
+    ran = bool(idioms) or any(f.outcome != "not_run" for f in findings)
+    earlier = [path for path in (*(side.target / CLIENTS_FILE for side in sides), report) if path.exists()]
+    if not ran and earlier:
+        print(f"conformance clients: error: no client call ran: nothing written, the earlier report is kept "
+              f"({', '.join(map(str, earlier))})", file=sys.stderr)
+        return exit_codes.ERROR
+    for side in sides:
+        try:
+            side.target.mkdir(parents=True, exist_ok=True)
+            write_findings(side.target / CLIENTS_FILE, side.header, [*side.findings, *side.idioms])
+        except OSError as exc:
+            print(f"conformance clients: error: {side.target}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+            return exit_codes.ERROR
+        print(f"{side.name or 'run'}: {len(side.findings)} client calls over {side.transcripts} transcripts, "
+              f"{len(side.idioms)} client idioms in {side.seconds:.1f} s: {side.target / CLIENTS_FILE}")
     try:
-        report.write_text(clients_markdown.render(headers, findings, idioms), encoding="utf-8")
+        report.write_text(clients_markdown.render([side.header for side in sides], findings, idioms), encoding="utf-8")
     except OSError as exc:
         print(f"conformance clients: error: {report}: cannot write: {exc.strerror or exc}", file=sys.stderr)
         return exit_codes.ERROR
     print(f"report: {report}")
-    for client, reason in unavailable.items():
-        print(f"conformance clients: error: {client} could not run: {reason}", file=sys.stderr)
-    if unavailable:
+    if unavailable or failed:
         return exit_codes.ERROR
-    if not any(f.outcome != "not_run" for f in findings):
+    if not ran:
         print("conformance clients: error: nothing was replayed (no recorded chat answer)", file=sys.stderr)
         return exit_codes.ERROR
     return exit_codes.OK

@@ -21,9 +21,9 @@ def render(headers: Sequence[Mapping[str, Any]], findings: Sequence[ClientFindin
     profiles = sorted({f.profile for f in findings})
     apis = [api for api in CLIENT_OF if any(f.api == api for f in findings)]
     lines = ["# Real clients over the recorded answers", ""]
-    lines += ["Each recorded answer was served byte for byte from a loopback replay server to each client; "
-              "the client's message is compared with the server's parsed message (reasoning, content, each "
-              "call's name and arguments as JSON values).", ""]
+    lines += ["Each recorded answer was served as the server sent it from a loopback replay server to each "
+              "client; the client's message is compared with the server's parsed message (reasoning, content, "
+              "each call's name and arguments as JSON values).", ""]
     lines += ["| profile | client | version |", "|---|---|---|"]
     for header in headers:
         for client, version in header["clients"].items():
@@ -36,8 +36,10 @@ def render(headers: Sequence[Mapping[str, Any]], findings: Sequence[ClientFindin
         lines.append(f"| `{api}` | " + " | ".join(row) + " |")
     lines += ["", "## Where a client loses, changes or rejects something", ""]
     notable = [f for f in findings if f.outcome in NOTABLE]
-    if not notable:
-        lines.append("Nowhere: every client call rebuilt the server's message (or carried its refusal).")
+    if not any(f.outcome != "not_run" for f in findings):
+        lines.append("Nothing to tell: no client call ran (clients.jsonl gives each call's reason).")
+    elif not notable:
+        lines.append("Nowhere: every client call that ran rebuilt the server's message (or carried its refusal).")
     else:
         lines += ["| profile | client call | case | mode | outcome | what the client did |", "|---|---|---|---|---|---|"]
         for f in sorted(notable, key=lambda f: (f.profile, list(CLIENT_OF).index(f.api), f.case_id, f.mode)):
