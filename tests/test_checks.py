@@ -567,3 +567,8 @@ def test_a_preflight_is_judged_on_status_headers_and_body(tmp_path) -> None:
     assert [(c.name, c.outcome, c.reason) for c in broken] == [("transport", "error", "connection failed: refused")]
     legacy = judge(case, replace(preflight_transcript(400, refused), profile="legacy"))
     assert [(c.name, c.outcome) for c in legacy] == [("transport", "pass"), ("expectation", "skip")]
+
+
+def test_a_template_without_literal_delimiters_is_checked_for_none_of_another_formats() -> None:
+    only_patterns = {"fields": {"thinking": {"open_pattern": "(?:<a>|<b>)", "close_pattern": "</[ab]>"}, "content": {}}}
+    assert template_markers(only_patterns) == ()

@@ -1,6 +1,6 @@
-"""The template markers checked for leaks: the literal delimiters of a response_template (open/close
-strings, and regexes that are a literal behind optional whitespace), the Qwen3/Hermes ones when the
-template is unknown."""
+"""The template markers checked for leaks: the literal delimiters of a served checkpoint's own
+response_template (open/close strings, and regexes that are a literal behind optional whitespace),
+never another format's; the default format's (the tiny checkpoint's) only when no template is known."""
 
 from __future__ import annotations
 
@@ -11,14 +11,15 @@ from typing import Any
 from conformance.formats.checkpoint_files import FetchError, read_tokenizer_config
 from conformance.formats.registry import DEFAULT_FORMAT
 
-# Qwen3/Hermes delimiters: the markers checked when the served checkpoint's template is unknown.
+# The default format's delimiters: the markers checked when the served checkpoint's template is unknown.
 DEFAULT_MARKERS = DEFAULT_FORMAT.delimiter_tokens
 
 
 def template_markers(response_template: Mapping[str, Any] | None) -> tuple[str, ...]:
     """The delimiters of a response_template: literal open/close strings, plus the literal text of
     open_pattern/close_pattern regexes that are a literal behind optional whitespace (e.g.
-    `\\s*<tool_call>`); the Qwen3/Hermes defaults when the template is unknown."""
+    `\\s*<tool_call>`); the default format's when the template is unknown (None), none of another
+    format's when the template names no literal delimiter."""
     if not isinstance(response_template, Mapping):
         return DEFAULT_MARKERS
     markers: list[str] = []
@@ -31,7 +32,7 @@ def template_markers(response_template: Mapping[str, Any] | None) -> tuple[str, 
                 literal = _pattern_literal(value) if key.endswith("_pattern") else value
                 if isinstance(literal, str) and literal.strip() and literal not in markers:
                     markers.append(literal)
-    return tuple(markers) or DEFAULT_MARKERS
+    return tuple(markers)
 
 
 _REGEX_METACHARACTERS = set("()[]{}|?*+^$.")
