@@ -74,6 +74,9 @@ def test_the_wheel_carries_cases_contract_and_licence_and_test_tools_only_as_an_
     assert "conformance/shipped_docs/vllm-0.32-contract.md" in names
     assert "conformance/shipped_expectations/vllm-0.32-legacy-to-hf.yaml" in names
     assert {f"conformance/schemas/{n}.schema.json" for n in ("expectations", "transcripts", "results")} <= names
+    formats = {f"conformance/formats/shipped/{path.relative_to(REPO_ROOT / 'conformance/formats/shipped')}"
+               for path in (REPO_ROOT / "conformance" / "formats" / "shipped").rglob("*") if path.is_file()}
+    assert formats and formats <= names  # every format record's files: the registry reads them at import
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert "License-Expression: Apache-2.0" in metadata
     requirements = [line.split(": ", 1)[1] for line in metadata.splitlines() if line.startswith("Requires-Dist: ")]

@@ -1,4 +1,4 @@
-"""`conformance fixture build DIR [--variant NAME]`: write the tiny deterministic checkpoint."""
+"""`conformance fixture build DIR [--format NAME] [--variant NAME]`: write the tiny deterministic checkpoint."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ DESCRIPTION = """\
 Write the tiny deterministic checkpoint that real vLLM serves in this project's tests: a Qwen3
 model (random weights shaped so forced outputs come out canonically tokenized), a byte-level BPE
 tokenizer with <think>/<tool_call> markers, a Hermes/Qwen3 chat template and, per variant, a
-response_template. Building the same variant twice gives identical bytes.
+response_template. Building the same variant twice gives identical bytes. With --format NAME (see
+`conformance formats`), the same model speaks another response format: that format's special and
+delimiter tokens (each one token), its chat template, its response_template and end tokens; its
+variants are `full` and `no-template`.
 
 variants:
   full               thinking + content + tool_calls (vLLM starts with the hf parser)
@@ -29,6 +32,7 @@ variants:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
     from conformance.formats.tiny_checkpoint import VARIANTS
 
     parser = add_verb(
@@ -37,17 +41,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     build = add_verb(actions, "build", "write the tiny checkpoint into DIR", DESCRIPTION)
     build.add_argument("directory", metavar="DIR", type=Path, help="output directory (created; files replaced)")
-    build.add_argument("--variant", choices=VARIANTS, default="full", help="which checkpoint (default: full)")
+    build.add_argument("--format", default=DEFAULT_FORMAT.name, choices=sorted(FORMATS), metavar="NAME",
+                       help=f"response format (default: {DEFAULT_FORMAT.name}; `conformance formats` lists them)")
+    build.add_argument("--variant", default="full", metavar="NAME",
+                       help=f"which checkpoint (default: full; {DEFAULT_FORMAT.name}: {', '.join(VARIANTS)})")
     build.set_defaults(func=run_build)
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from conformance.formats.registry import FORMATS
     from conformance.formats.tiny_checkpoint import build_fixture
 
+    form = FORMATS[args.format]
     try:
-        directory = build_fixture(args.directory, args.variant)
+        directory = build_fixture(args.directory, args.variant, form)
+    except ValueError as error:  # a variant the format does not have
+        print(f"error: {error}", file=sys.stderr)
+        return exit_codes.ERROR
     except OSError as error:
         print(f"error: cannot write the fixture into {args.directory}: {error}", file=sys.stderr)
         return exit_codes.ERROR
-    print(f"built the {args.variant!r} fixture in {directory}")
+    print(f"built the {args.variant!r} fixture of the {form.name} format in {directory}")
     return exit_codes.OK

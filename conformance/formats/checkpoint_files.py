@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from conformance.util.files import FileTooLarge
 from conformance.util.safe_yaml import UnreadableFile, read_text
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
@@ -17,6 +18,7 @@ OK = "ok"  # a checkpoint fetched and read; otherwise it ends in one of these fa
 NOT_FOUND, UNAUTHORIZED, GATED = "not_found", "unauthorized", "gated"
 SERVER_ERROR, TIMEOUT, NETWORK_ERROR = "server_error", "timeout", "network_error"
 TOO_LARGE, INVALID_JSON, NOT_CACHED, UNREADABLE = "too_large", "invalid_json", "not_cached", "unreadable"
+TOO_DEEP = "too_deep"  # JSON nested past MAX_JSON_DEPTH levels
 
 
 class FetchError(Exception):
@@ -35,13 +37,11 @@ def read_json_file(path: Path, name: str) -> Any:
     file (and the position). JSON that transformers itself cannot read (not UTF-8, an integer past Python's
     digit limit) carries transformers' error as the `startup_error`."""
     try:
-        if failure := too_large(name, path.stat().st_size):
-            raise failure
-        text = read_text(path)
-    except OSError as exc:
-        raise FetchError(UNREADABLE, f"{name}: cannot read: {exc.strerror or exc}") from exc
+        text = read_text(path, MAX_FILE_BYTES, "a checkpoint file")
     except UnreadableFile as exc:
-        if isinstance(exc.__cause__, OSError):
+        if isinstance(exc.__cause__, FileTooLarge) and (failure := too_large(name, exc.__cause__.size)):
+            raise failure from exc
+        if isinstance(exc.__cause__, OSError):  # missing, a directory, a FIFO or a device, no permission
             raise FetchError(UNREADABLE, f"{name}: {exc}") from exc
         raise FetchError(INVALID_JSON, f"{name}: {exc}", startup_error=_transformers_read_error(path)) from exc
     try:
@@ -54,7 +54,7 @@ def read_json_file(path: Path, name: str) -> Any:
         raise FetchError(INVALID_JSON, f"{name}: unreadable JSON value: {exc}",
                          startup_error=_transformers_read_error(path)) from exc
     if (depth := _depth(data)) > MAX_JSON_DEPTH:
-        raise FetchError(TOO_LARGE, f"{name}: JSON nested {depth} levels deep, over the {MAX_JSON_DEPTH}-level limit")
+        raise FetchError(TOO_DEEP, f"{name}: JSON nested {depth} levels deep, over the {MAX_JSON_DEPTH}-level limit")
     return data
 
 

@@ -1,17 +1,19 @@
 """A response format as a record: what a checkpoint of one family writes and how its servers read it.
 
-A `Format` holds the family's chat template and `response_template`, its delimiter tokens (each one
-token, added and not special, so they stay in decoded text) and special tokens, its end-of-sequence
-and padding tokens, the raw output the forcing probe asks for, the vLLM parser flags that serve it as
-"legacy", and the checkpoint variants the suite builds of it (each a named edit of the
-`response_template`). `conformance.formats.registry` registers every record in one line.
+A `Format` holds the family's chat template (None where none is known) and `response_template`, its
+delimiter tokens (each one token, added and not special, so they stay in decoded text) and special
+tokens, its end-of-sequence, padding and stop tokens, the raw output the forcing probe asks for, the
+vLLM parser flags (and environment) that serve it as "legacy", and the checkpoint variants the suite
+builds of it (each a named edit of the `response_template`). The tiny checkpoint's Qwen3/Hermes record
+is code (`qwen3_hermes.py`); every other one is a folder of data (`shipped/<name>/`, read by
+`format_files.py`). `conformance.formats.registry` registers them all.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -30,9 +32,9 @@ class Format:
     name: str
     description: str
     provenance: str
-    chat_template: str
+    chat_template: str | None  # None: no chat template of the family is known
     response_template: Mapping[str, Any]
-    delimiter_tokens: tuple[str, ...]  # added, not special: what the leak checks look for
+    delimiter_tokens: tuple[str, ...]  # added, not special: they stay in decoded text
     special_tokens: tuple[str, ...]
     eos_token: str
     pad_token: str
@@ -40,6 +42,13 @@ class Format:
     legacy_flags: tuple[str, ...]  # vLLM's hand-written parsers for this format
     variants: tuple[Variant, ...]
     model_type: str = "qwen3"
+    stop_tokens: tuple[str, ...] = ()  # the generation config's end tokens (empty: the eos and pad tokens)
+    legacy_env: Mapping[str, str] = field(default_factory=dict)  # what the legacy parsers need to force an output
+    sample_raw: str | None = None  # an assistant turn in the format: reasoning and two tool calls
+
+    @property
+    def end_tokens(self) -> tuple[str, ...]:
+        return self.stop_tokens or (self.eos_token, self.pad_token)
 
     @property
     def variant_names(self) -> tuple[str, ...]:

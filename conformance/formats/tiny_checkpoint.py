@@ -87,7 +87,7 @@ def build_fixture(directory: Path, variant: str = "full", form: Format = DEFAULT
     _write_json(directory / "config.json", _model_config(tokenizer, vocab_size, form))
     _write_json(
         directory / "generation_config.json",
-        {"eos_token_id": [tokenizer.token_to_id(form.eos_token), tokenizer.token_to_id(form.pad_token)]},
+        {"eos_token_id": [tokenizer.token_to_id(token) for token in form.end_tokens]},
     )
     _save_weights(directory / "model.safetensors", token_lengths)
     return directory
