@@ -1,5 +1,6 @@
 """parse_json is json.loads: the same value (types, key order, the float's sign and NaN included) or the
-same exception with the same message, over generated JSON texts, numbers, and texts broken on purpose."""
+same exception with the same message, over generated JSON texts, numbers, and texts broken on purpose
+(all within the depth bound; tests/test_json_bounds.py holds the deeper ones)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from conformance.util.json_codec import json_text, parse_json
+from conformance.util.json_codec import MAX_JSON_DEPTH, json_text, parse_json
 
 
 def same(a: Any, b: Any) -> bool:
@@ -88,8 +89,8 @@ def test_broken_texts_fail_alike(value: Any, data: st.DataObject) -> None:
 
 @pytest.mark.parametrize("text", [
     'NaN', '[Infinity, -Infinity]', '"\\ud800"', '"\\udc00x"', '"\ud800"', '{"a": 1, "a": 2, "b": 3}',
-    '{"b": 1, "a": 2, "b": 3}', ' {"a": 1} ', '"a\tb"', '\ufeff{}', '{"a": 1}x', '', '[' * 5000 + ']' * 5000,
-    '{"choices": [{"delta": {"content": "\u2028"}}]}',
+    '{"b": 1, "a": 2, "b": 3}', ' {"a": 1} ', '"a\tb"', '\ufeff{}', '{"a": 1}x', '',
+    '[' * MAX_JSON_DEPTH + ']' * MAX_JSON_DEPTH, '{"choices": [{"delta": {"content": "\u2028"}}]}',
 ])
 def test_edges_alike(text: str) -> None:
     assert_like_json(text)

@@ -17,6 +17,7 @@ from typing import Any
 
 from conformance.clients.jobs import CALL_TIMEOUT, Job, Rebuilt
 from conformance.record.wire import Message, ToolCall
+from conformance.util.json_codec import MAX_RECORD_DEPTH, parse_json
 from conformance.util.package_paths import NODE_PROJECT_DIR
 
 NODE_PROJECT_ENV = "CONFORMANCE_NODE_CLIENTS"  # another directory holding replay.mjs and its node_modules
@@ -86,7 +87,7 @@ def run_batch(jobs: Sequence[Job]) -> dict[str, Rebuilt]:
     results: dict[str, Rebuilt] = {}
     for line in stdout.splitlines()[1:]:
         try:
-            value = json.loads(line)
+            value = parse_json(line, MAX_RECORD_DEPTH)  # a client's rebuild of an answer, one level down
             results[value["id"]] = _rebuilt(value)
         except (ValueError, KeyError, TypeError, AttributeError):
             raise BatchFailed(f"the Node batch wrote a line that is not a result: {line[:200]!r}", results) from None

@@ -13,7 +13,6 @@ request side captures what a client really sends.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from conformance.record.transcript import Transcript
-from conformance.util.json_codec import json_text
+from conformance.util.json_codec import json_text, parse_json
 
 MAX_REQUEST_BYTES = 8 * 1024 * 1024  # a client's request body is read up to this size
 
@@ -126,7 +125,7 @@ def _handler_for(server: ReplayServer) -> type[BaseHTTPRequestHandler]:
                 self._send(Answer(404, "application/json", (b'{"error": {"message": "no recording here"}}',)))
                 return
             try:
-                slot.requests.append(json.loads(raw) if raw else None)
+                slot.requests.append(parse_json(raw) if raw else None)
             except ValueError:
                 slot.requests.append(raw.decode("utf-8", "replace"))
             self._send(slot.answer)

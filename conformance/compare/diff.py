@@ -7,7 +7,7 @@ would notice, and every difference is classified (`DifferenceKind`) with both si
 * `request_refused` / `request_accepted`: one side answered 4xx where the other accepted (status,
   `param`, message), or both refused differently;
 * `message`: the parsed message differs, field by field (reasoning, content, each tool call's name
-  and arguments compared as JSON values);
+  and arguments compared as JSON values, `conformance.util.json_values`: `true` is not `1`);
 * `reasoning_field`: the reasoning arrived under another field name;
 * `finish_reason`: the finish reason (Responses: the status) differs;
 * `stream_shape`: the stream is cut differently (arguments whole vs fragments, number of tool-call
@@ -36,6 +36,7 @@ from conformance.record.wire import (
     response_message,
     usage_of,
 )
+from conformance.util.json_values import json_equal
 
 DifferenceKind = Literal["request_refused", "request_accepted", "message", "reasoning_field", "finish_reason",
                          "stream_shape", "usage", "client_replay", "outcome"]
@@ -150,7 +151,7 @@ def _refusal(transcript: Transcript) -> dict[str, Any] | None:
 def _view_of(transcript: Transcript) -> tuple[Message, StreamReading | None] | None:
     if transcript.mode == "stream":
         reading = read_stream(transcript)
-        if reading.invalid_lines or reading.stream_error is not None:
+        if reading.invalid_lines or reading.too_deep_lines or reading.stream_error is not None:
             return None
         return reading.message, reading
     message = response_message(transcript)
@@ -180,7 +181,7 @@ def _refusal_differences(base: dict[str, Any] | None, cand: dict[str, Any] | Non
         yield make("request_accepted", "status", base, {"status": 200},
                    f"accepted under the candidate; the baseline refused it with HTTP {base['status']}"
                    + (f" param {base['param']}" if base.get("param") else ""))
-    elif base != cand and (base["status"], base["param"]) != (cand["status"], cand["param"]):
+    elif base["status"] != cand["status"] or not json_equal(base["param"], cand["param"]):
         yield make("request_refused", "error", base, cand,
                    f"refused differently: HTTP {base['status']} param {base['param']} under the baseline, "
                    f"HTTP {cand['status']} param {cand['param']} under the candidate")
@@ -204,7 +205,7 @@ def _message_differences(base: Message, cand: Message, make: Any) -> list[Differ
     found = []
     base_view, cand_view = message_view(base), message_view(cand)
     for name in ("reasoning", "content"):
-        if base_view[name] != cand_view[name]:
+        if not json_equal(base_view[name], cand_view[name]):
             found.append(make("message", name, base_view[name], cand_view[name],
                               f"{name}: {brief_json(base_view[name])} under the baseline, {brief_json(cand_view[name])} "
                               "under the candidate"))
@@ -214,7 +215,7 @@ def _message_differences(base: Message, cand: Message, make: Any) -> list[Differ
                           f"{len(base_calls)} tool call(s) under the baseline, {len(cand_calls)} under the candidate"))
     for index, (one, other) in enumerate(zip(base_calls, cand_calls)):
         for part in ("name", "arguments"):
-            if one[part] != other[part]:
+            if not json_equal(one[part], other[part]):
                 found.append(make("message", f"tool_calls[{index}].{part}", one[part], other[part],
                                   f"tool call {index} {part}: {brief_json(_plain(one[part]))} under the baseline, "
                                   f"{brief_json(_plain(other[part]))} under the candidate"))
@@ -302,7 +303,8 @@ def _usage_differences(base: Mapping[str, Any] | None, cand: Mapping[str, Any] |
     base_flat, cand_flat = _flatten(base or {}), _flatten(cand or {})
     return [make("usage", name, base_flat.get(name), cand_flat.get(name),
                  f"{name}: {base_flat.get(name)} under the baseline, {cand_flat.get(name)} under the candidate")
-            for name in sorted(base_flat.keys() | cand_flat.keys()) if base_flat.get(name) != cand_flat.get(name)]
+            for name in sorted(base_flat.keys() | cand_flat.keys())
+            if not json_equal(base_flat.get(name), cand_flat.get(name))]
 
 
 def _plain(value: Any) -> Any:

@@ -12,7 +12,7 @@ from typing import Any
 
 from conformance.record.case_model import MESSAGE_FIELDS
 from conformance.record.transcript import Transcript
-from conformance.util.json_codec import parse_json
+from conformance.util.json_codec import JsonTooDeep, parse_json
 
 VIEW_FIELDS = (*MESSAGE_FIELDS, "finish_reason")  # what message comparisons look at
 
@@ -49,6 +49,7 @@ class StreamReading:
     message: Message
     chunks: list[dict[str, Any]]
     invalid_lines: list[str]  # problems that make the stream unreadable (invalid SSE)
+    too_deep_lines: list[int]  # numbers of the data lines nested deeper than the JSON reader's bound
     stream_error: Any  # an error object sent inside the stream
     done: bool
     lines_after_done: int
@@ -131,6 +132,7 @@ _readings: dict[int, tuple[Any, tuple[str, int], StreamReading]] = {}  # id -> (
 def _read_stream(transcript: Transcript) -> StreamReading:
     chunks: list[dict[str, Any]] = []
     invalid: list[str] = []
+    too_deep: list[int] = []
     stream_error = None
     done = False
     after_done = 0
@@ -143,6 +145,9 @@ def _read_stream(transcript: Transcript) -> StreamReading:
             continue
         try:
             payload = parse_json(line.data)
+        except JsonTooDeep:
+            too_deep.append(number)  # the server's fault, not a broken stream: the shape check names it
+            continue
         except json.JSONDecodeError as exc:
             invalid.append(f"data line {number} is not JSON ({exc.msg}): {line.data[:80]!r}")
             continue
@@ -155,11 +160,11 @@ def _read_stream(transcript: Transcript) -> StreamReading:
         else:
             chunks.append(payload)
     if transcript.endpoint == "responses":
-        return _read_responses_stream(chunks, invalid, stream_error, done, after_done)
-    return _read_chat_stream(chunks, invalid, stream_error, done, after_done)
+        return _read_responses_stream(chunks, invalid, too_deep, stream_error, done, after_done)
+    return _read_chat_stream(chunks, invalid, too_deep, stream_error, done, after_done)
 
 
-def _read_chat_stream(chunks, invalid, stream_error, done, after_done) -> StreamReading:
+def _read_chat_stream(chunks, invalid, too_deep, stream_error, done, after_done) -> StreamReading:
     reasoning: list[str] = []
     content: list[str] = []
     keys: set[str] = set()
@@ -197,10 +202,10 @@ def _read_chat_stream(chunks, invalid, stream_error, done, after_done) -> Stream
             )
         )
     message = Message(_join(reasoning), _join(content), calls, finish_reason, keys)
-    return StreamReading(message, chunks, invalid, stream_error, done, after_done, tool_deltas, problems, [])
+    return StreamReading(message, chunks, invalid, too_deep, stream_error, done, after_done, tool_deltas, problems, [])
 
 
-def _read_responses_stream(events, invalid, stream_error, done, after_done) -> StreamReading:
+def _read_responses_stream(events, invalid, too_deep, stream_error, done, after_done) -> StreamReading:
     """Reassemble a Responses stream from its delta events, as a client consuming deltas would; the
     terminal event's full response is kept apart (`final`) to check that the two agree."""
     items: dict[int, Mapping[str, Any]] = {}  # output_index -> the item announced by output_item.added
@@ -230,7 +235,8 @@ def _read_responses_stream(events, invalid, stream_error, done, after_done) -> S
     text = _join(reasoning)
     finish_reason = final.finish_reason if final else None
     message = Message(text, _join(content), calls, finish_reason, {"reasoning"} if text else set())
-    return StreamReading(message, events, invalid, stream_error, done, after_done, tool_deltas, [], events, final)
+    return StreamReading(message, events, invalid, too_deep, stream_error, done, after_done, tool_deltas, [], events,
+                         final)
 
 
 def empty_text(text: str | None) -> str | None:
@@ -240,7 +246,7 @@ def empty_text(text: str | None) -> str | None:
 
 def _json_or_raw(arguments: str | None) -> Any:
     try:
-        return {"json": json.loads(arguments)} if arguments is not None else None
+        return {"json": parse_json(arguments)} if arguments is not None else None
     except (json.JSONDecodeError, TypeError):
         return {"raw": arguments}
 

@@ -164,7 +164,7 @@ async def fetch_server_version(clients: Clients, target: Target, probe: VersionP
 
     def get_json(path: str) -> Any:  # in the probe's thread, over this run's client
         request = clients.api.get(f"{target.root_url}{path}", cast_to=httpx2.Response)
-        return asyncio.run_coroutine_threadsafe(request, loop).result().json()
+        return parse_json(asyncio.run_coroutine_threadsafe(request, loop).result().content)
 
     try:  # the whole answer within --timeout: a trickle must not hold the run
         return await in_daemon_thread(target.timeout, probe.version, get_json, runtime)

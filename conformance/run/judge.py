@@ -49,6 +49,7 @@ from conformance.servers.profiles import (
     expectation_for,
     profile_record,
 )
+from conformance.util.json_values import json_equal
 
 
 def judge(
@@ -178,9 +179,8 @@ def judge_preflight(case: Case, transcript: Transcript) -> list[Check]:
 
 
 def _compare_refusals(stream: Transcript, non_stream: Transcript) -> Check:
-    same = stream.status == non_stream.status and error_object(stream.error_body).get("param") == error_object(
-        non_stream.error_body
-    ).get("param")
+    same = stream.status == non_stream.status and json_equal(error_object(stream.error_body).get("param"),
+                                                             error_object(non_stream.error_body).get("param"))
     if same:
         return Check("stream_equals_non_stream", PASS, reason=f"both refused with HTTP {stream.status}")
     return Check(

@@ -40,6 +40,7 @@ from conformance.record.transcript import (
     Transcript,
 )
 from conformance.record.wire import read_stream, response_message
+from conformance.util.json_codec import parse_json
 from conformance.util.side_requests import (
     KeptAliveJson,
     http_error_text,
@@ -132,7 +133,7 @@ def token_grammar_text(grammar: str) -> str | None:
     if not first_line.startswith(_GRAMMAR_TEXT_LINE):
         return None
     try:
-        text = json.loads(first_line.removeprefix(_GRAMMAR_TEXT_LINE))
+        text = parse_json(first_line.removeprefix(_GRAMMAR_TEXT_LINE))
     except json.JSONDecodeError:
         return None
     return text if isinstance(text, str) else None

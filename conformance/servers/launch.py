@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import signal
 import socket
@@ -38,6 +37,7 @@ from pathlib import Path
 from conformance.servers.profile import Launch, Profile
 from conformance.servers.profiles import resolve_profile
 from conformance.servers.runtimes import SetupError
+from conformance.util.json_codec import parse_json
 
 STOP_GRACE_SECONDS = 15.0
 KILL_WAIT_SECONDS = 5.0
@@ -371,7 +371,7 @@ def _get_json_or_empty(url: str) -> dict:
     """The JSON object at `url`, or {} when the server refuses (e.g. 401 under --api-key) or fails."""
     try:
         with _LOOPBACK.open(url, timeout=30) as response:
-            data = json.load(response)
+            data = parse_json(response.read())
     except (urllib.error.URLError, OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -37,6 +37,7 @@ from conformance.formats.markers import CheckpointError, markers_for_checkpoint
 from conformance.formats.registry import DEFAULT_FORMAT
 from conformance.record.wire import read_stream
 from conformance.servers.forcing import ForcingUnsupported, send_forced_probe
+from conformance.util.json_codec import parse_json
 
 FORCING_BIAS = 1e6
 FIRST_CONTEXT_WIDTH = 8
@@ -57,7 +58,7 @@ def served_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
             for call in copy.deepcopy(list(message["tool_calls"])):
                 function = call.get("function") or call
                 if isinstance(function.get("arguments"), str):
-                    function["arguments"] = json.loads(function["arguments"])
+                    function["arguments"] = parse_json(function["arguments"])
                 calls.append(call)
             item["tool_calls"] = calls
         if "tool_call_id" in message:
@@ -159,7 +160,7 @@ def forced_text_of(request: Mapping[str, Any], tokenizer: CheckpointTokenizer | 
     """The raw text a recorded request forced (its bias keys' last tokens, the end token left out),
     decoded with `tokenizer` (default: the one of the request's model); None: not forced so."""
     try:
-        config = json.loads(request.get("generation_config") or "null")
+        config = parse_json(request.get("generation_config") or "null")
         keys = config["sequence_bias"] if isinstance(config, dict) else None
         if not isinstance(keys, list):
             return None

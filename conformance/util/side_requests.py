@@ -29,6 +29,8 @@ from typing import Any, TypeVar
 
 import h11
 
+from conformance.util.json_codec import parse_json
+
 MAX_SIDE_ANSWER_BYTES = 16 * 1024 * 1024
 READ_BYTES = 65536
 
@@ -51,7 +53,7 @@ def request_parts(url: str, api_key: str | None) -> tuple[str, dict[str, str]]:
 
 def json_answer(raw: bytes, path: str) -> dict:
     try:
-        return json.loads(raw)
+        return parse_json(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"the answer to {path} is not JSON: {raw[:200].decode('utf-8', 'replace')!r}") from exc
 
@@ -60,7 +62,7 @@ def http_error_text(error: urllib.error.HTTPError) -> str:
     """`HTTP <status>: <the server's message>` (the `error.message` or `detail` of a JSON body, else the text)."""
     raw = error.read().decode("utf-8", errors="replace")
     try:
-        body = json.loads(raw)
+        body = parse_json(raw)
     except json.JSONDecodeError:
         body = None
     inner = body.get("error") if isinstance(body, dict) else None

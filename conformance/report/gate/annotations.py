@@ -17,6 +17,7 @@ from typing import Any
 
 from conformance.report.gate import actions, view
 from conformance.util import exit_codes
+from conformance.util.json_codec import MAX_RECORD_DEPTH, parse_json
 
 GITHUB_LIMIT = 10  # annotations of one level GitHub keeps per step
 MAX_GATE_BYTES = 256 * 1024 * 1024
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if path.stat().st_size > MAX_GATE_BYTES:
             raise ValueError(f"larger than {MAX_GATE_BYTES} bytes")
-        gate = json.loads(path.read_text(encoding="utf-8"))
+        gate = parse_json(path.read_text(encoding="utf-8"), MAX_RECORD_DEPTH)
         if not isinstance(gate, dict):
             raise ValueError("the top level is not a JSON object")
         lines = annotations(gate)

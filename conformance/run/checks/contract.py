@@ -20,6 +20,8 @@ from conformance.record.wire import (
     response_message,
 )
 from conformance.run.checks.shape import shape_failure, shape_problems
+from conformance.util.json_codec import parse_json
+from conformance.util.json_values import json_equal
 
 # Refusals a server gives after reading the request: a contract matter (an unpredicted one fails).
 # Any other 4xx is about the setup (auth, unknown model or path, rate limit, proxy): an `error`.
@@ -30,7 +32,8 @@ NO_ROUTE_STATUSES = frozenset({404, 405})
 def check_transport(transcript: Transcript, reading: StreamReading | None, expected_status: int | None = None) -> Check:
     """Did a judgeable response arrive? Anything else is an infrastructure `error`, never a pass:
     no answer, 5xx, and a 4xx that is neither a contract refusal (400, 422) nor `expected_status`
-    (the status the case's expectation names)."""
+    (the status the case's expectation names). A stream whose JSON is nested deeper than the reader's
+    bound, or an answer of the wrong shape, is the server's fault: a `response_shape` fail."""
     if transcript.transport_error:
         return Check("transport", ERROR, reason=transcript.transport_error)
     if transcript.status is None:
@@ -43,6 +46,8 @@ def check_transport(transcript: Transcript, reading: StreamReading | None, expec
             return Check("transport", ERROR, reason="invalid SSE: " + "; ".join(reading.invalid_lines[:3]))
         if reading.stream_error is not None:
             return Check("transport", ERROR, reason=f"error inside the stream: {error_text(reading.stream_error)}")
+        if reading.too_deep_lines:
+            return shape_failure(shape_problems(transcript))
     elif transcript.status < 400 and response_message(transcript) is None:
         if problems := shape_problems(transcript):  # an answer, of the wrong shape: the server's fault
             return shape_failure(problems)
@@ -62,7 +67,7 @@ def check_stream_framing(reading: StreamReading, endpoint: str, ends_with_done: 
             problems.append("events after the terminal event")
         elif reading.final is not None:
             deltas, final = message_view(reading.message), message_view(reading.final)
-            differing = [key for key in final if deltas[key] != final[key]]
+            differing = [key for key in final if not json_equal(deltas[key], final[key])]
             if differing:
                 problems.append(
                     "the deltas add up to a different message than the final response in "
@@ -144,9 +149,10 @@ def check_arguments_json(message: Message, raw_expected: set[int]) -> Check:
         if index in raw_expected:
             continue  # the case expects these arguments verbatim, not as JSON
         try:
-            json.loads(call.arguments or "")
-        except json.JSONDecodeError:
-            problems.append(f"call {index} ({call.name}): arguments are not valid JSON: {call.arguments!r}")
+            parse_json(call.arguments or "")
+        except json.JSONDecodeError as exc:
+            problems.append(f"call {index} ({call.name}): arguments are not valid JSON ({exc.msg}): "
+                            f"{(call.arguments or '')[:200]!r}")
     if problems:
         return Check("arguments_json", FAIL, reason="; ".join(problems))
     return Check("arguments_json", PASS)
@@ -163,7 +169,7 @@ def check_arguments_schema(message: Message, tools: Mapping[str, Mapping[str, An
             problems.append(f"call {index}: {call.name!r} is not one of the request's tools")
             continue
         try:
-            arguments = json.loads(call.arguments or "")
+            arguments = parse_json(call.arguments or "")
         except json.JSONDecodeError:
             continue  # reported by arguments_json
         schema = tool
@@ -194,8 +200,8 @@ def check_marker_leaks(message: Message, expected: Mapping[str, Any] | None, mar
 def compare_views(name: str, kind: str, expected: Mapping[str, Any], actual: Mapping[str, Any], differs: str,
                    same: str = "") -> Check:
     """Fail with the differing keys (expected vs actual, those keys only) unless `actual` matches `expected`
-    on every key of `expected`."""
-    differing = [key for key in expected if actual.get(key) != expected[key]]
+    on every key of `expected` (as JSON values: `true` is not `1`)."""
+    differing = [key for key in expected if not json_equal(actual.get(key), expected[key])]
     if differing:
         return Check(name, FAIL, kind, reason=differs + ", ".join(differing),
                      expected={key: expected[key] for key in differing},

@@ -19,6 +19,7 @@ from conformance.record.wire import (
 from conformance.run.checks.contract import compare_views
 from conformance.run.checks.findings import observed_tool_call_streaming
 from conformance.servers.profiles import expectation_for
+from conformance.util.json_values import json_equal
 
 
 def expected_view(case: Case, profile: str, mode: Mode) -> dict[str, Any] | None:
@@ -53,7 +54,7 @@ def check_expected_error(transcript: Transcript, expected_error: Any) -> Check:
     problems = []
     if want["status"] is not None and got["status"] != want["status"]:
         problems.append(f"status {got['status']} != {want['status']}")
-    if want["param"] is not None and got["param"] != want["param"]:
+    if want["param"] is not None and not json_equal(got["param"], want["param"]):
         problems.append(f"param {got['param']!r} != {want['param']!r}")
     if want["message"] and want["message"] not in str(got["message"] or ""):
         problems.append(f"message does not contain {want['message']!r}")

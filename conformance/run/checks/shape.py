@@ -10,10 +10,8 @@ from typing import Any
 
 from conformance.record.outcomes import FAIL, Check
 from conformance.record.transcript import Transcript
-from conformance.record.wire import (
-    brief_json,
-)
-from conformance.util.json_codec import parse_json
+from conformance.record.wire import brief_json
+from conformance.util.json_codec import JsonTooDeep, parse_json
 from conformance.util.locations import format_path
 from conformance.util.package_paths import load_schema
 
@@ -21,20 +19,22 @@ from conformance.util.package_paths import load_schema
 def shape_problems(transcript: Transcript) -> list[str]:
     """Where an answer's JSON departs from the shape the API defines for the parts the checks read
     (schemas/response-shape.schema.json): the clear reason for an answer the checks could not read.
-    Empty when the shape is right."""
+    Empty when the shape is right. A stream's data line nested deeper than the JSON reader's bound is one."""
     responses = transcript.endpoint == "responses"
+    problems = []
     if transcript.mode == "stream":
         validator = _shape_validator("responsesEvent" if responses else "chatChunk")
         payloads = []
         for number, line in enumerate(transcript.sse, start=1):
             try:
                 payloads.append((f"data line {number}", parse_json(line.data)))
+            except JsonTooDeep as exc:
+                problems.append(f"data line {number}: {exc.msg}")
             except json.JSONDecodeError:
                 continue  # read_stream reports those
     else:
         validator = _shape_validator("response" if responses else "chatCompletion")
         payloads = [("the response", transcript.response)] if transcript.response is not None else []
-    problems = []
     for where, payload in payloads:
         for error in _innermost(validator.iter_errors(payload)):
             at = format_path(list(error.absolute_path))

@@ -14,16 +14,17 @@ from typing import Any
 from conformance.record.outcomes import EXPECTATION, FAIL, PASS, Check
 from conformance.record.transcript import Transcript
 from conformance.record.wire import usage_of
+from conformance.util.json_values import json_equal
 
 
 def check_expected_usage(transcript: Transcript, expected: Mapping[str, int | None]) -> Check:
-    """Each expected figure equals the answer's; an answer without a usage object fails."""
+    """Each expected figure equals the answer's (as JSON values); an answer without a usage object fails."""
     usage = usage_of(transcript)
     if usage is None:
         return Check("expected_usage", FAIL, EXPECTATION, reason="the answer carries no usage object",
                      expected=dict(expected), actual=None)
     actual = {path: figure(usage, path) for path in expected}
-    differing = [path for path in expected if actual[path] != expected[path]]
+    differing = [path for path in expected if not json_equal(actual[path], expected[path])]
     if differing:
         return Check("expected_usage", FAIL, EXPECTATION,
                      reason="usage differs in " + ", ".join(f"{path} ({actual[path]!r}, expected {expected[path]!r})"
