@@ -103,4 +103,4 @@ def test_the_formats_verb_lists_every_record_and_fixture_build_takes_one(tmp_pat
     assert main(["fixture", "build", str(tmp_path / "g"), "--format", "gemma4"]) == 0
     assert json.loads((tmp_path / "g" / "tokenizer_config.json").read_text())["eos_token"] == "<turn|>"
     assert main(["fixture", "build", str(tmp_path / "x"), "--format", "gemma4", "--variant", "tools-only"]) == 2
-    assert "unknown fixture variant 'tools-only'; choose one of: full, no-template" in capsys.readouterr().err
+    assert "invalid choice: 'tools-only' (the gemma4 format has: 'full', 'no-template')" in capsys.readouterr().err

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,3 +96,28 @@ def test_the_readme_main_command_launches_both_servers_and_gates_the_switch(tmp_
     assert {p.name for p in gate_dir.iterdir()} >= {"gate.json", "report.md", "report.html", "timing.png", "junit.xml",
                                                     "baseline", "candidate", "checkpoint"}
     assert gate["verdict"]["line"] in completed.stdout
+
+
+@pytest.mark.vllm
+def test_a_launched_gate_interrupted_midway_writes_its_record_and_leaves_no_server(tmp_path):
+    """Ctrl-C once real vLLM answers: both servers (and their engines) stop, and the gate of what was
+    recorded is written, stamped interrupted, with exit 2."""
+    from conformance.servers.launch import descendant_pids, pid_alive
+
+    gate = subprocess.Popen([sys.executable, "-m", "conformance", "gate", "--out", str(tmp_path / "g")], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    results = tmp_path / "g" / "candidate" / "results.jsonl"
+    deadline = time.monotonic() + 600
+    while not (results.is_file() and len(results.read_text().splitlines()) > 3):
+        assert gate.poll() is None and time.monotonic() < deadline, gate.stderr.read() if gate.poll() else "no result"
+        time.sleep(0.5)
+    servers = descendant_pids(gate.pid)
+    gate.send_signal(signal.SIGINT)
+    stdout, stderr = gate.communicate(timeout=120)
+    assert gate.returncode == 2, stderr[-3000:]
+    record = json.loads((tmp_path / "g" / "gate.json").read_text())
+    assert record["interrupted"] == "SIGINT" and record["verdict"]["outcome"] == "error"
+    assert record["sides"]["candidate"]["stamp"]["completion"].startswith("interrupted after ")
+    assert "interrupted (SIGINT)" in stdout and (tmp_path / "g" / "report.html").is_file()
+    assert servers and [pid for pid in servers if pid_alive(pid)] == []

@@ -376,7 +376,7 @@ def test_json_nested_too_deep_for_the_analysis_is_refused_by_name(tmp_path) -> N
     completed = conformance("audit", "--local", directory, "--json", tmp_path / "audit.json")
     assert "Traceback" not in completed.stderr and "pickl" not in completed.stdout + completed.stderr
     (audit,) = json.loads((tmp_path / "audit.json").read_text())["checkpoints"]
-    assert audit["status"] == "too_large"
+    assert audit["status"] == "too_deep"
     assert "tokenizer_config.json: JSON nested 901 levels deep, over the 100-level limit" in audit["error"]
 
 

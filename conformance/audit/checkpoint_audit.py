@@ -31,7 +31,8 @@ TEMPLATE_TOO_EXPENSIVE = "template_too_expensive"  # the analysis needed more me
 ANALYSIS_ERROR = "analysis_error"  # the analysis worker itself failed: a tool problem
 # Statuses that say something about the checkpoint itself (exit 1); any other failure means the audit
 # could not look at the checkpoint (Hub, network, cache, access: exit 2).
-CHECKPOINT_FAULTS = frozenset({checkpoint_files.INVALID_JSON, checkpoint_files.TOO_LARGE, TEMPLATE_TIMEOUT, TEMPLATE_TOO_EXPENSIVE})
+CHECKPOINT_FAULTS = frozenset({checkpoint_files.INVALID_JSON, checkpoint_files.TOO_LARGE, checkpoint_files.TOO_DEEP,
+                               TEMPLATE_TIMEOUT, TEMPLATE_TOO_EXPENSIVE})
 
 @dataclass
 class CheckpointAudit:
@@ -110,7 +111,9 @@ def audit_local(directory: Path) -> CheckpointAudit:
     directory = Path(directory)
     audit = CheckpointAudit(id=str(directory), source="local", revision=None, commit=None, status=OK)
     try:
-        audit.files = [name for name in (checkpoint_files.TOKENIZER_CONFIG, *hub.OPTIONAL_FILES) if (directory / name).is_file()]
+        # what exists, of any kind: reading refuses a FIFO or a directory by name (it is not "missing")
+        audit.files = [name for name in (checkpoint_files.TOKENIZER_CONFIG, *hub.OPTIONAL_FILES)
+                       if (directory / name).exists() or (directory / name).is_symlink()]
     except OSError as exc:  # a directory that cannot be listed
         audit.status, audit.error = checkpoint_files.UNREADABLE, f"{directory}: cannot read: {exc.strerror or exc}"
         return audit

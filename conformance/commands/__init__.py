@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+from pathlib import Path
 
 from conformance.util import exit_codes
 
@@ -11,3 +13,27 @@ def add_verb(subparsers: argparse._SubParsersAction, name: str, help: str, descr
     """A verb's (or sub-verb's) parser, with the shared exit-code epilog and the description kept as written."""
     return subparsers.add_parser(name, help=help, description=description, epilog=exit_codes.EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def timeout_problem(seconds: float) -> str | None:
+    """Why `seconds` cannot be a `--timeout` (None: it can). Every verb refuses 0, a negative number, `nan` and
+    `inf` alike: with `inf`, a stream that never ends would hold the verb for ever."""
+    return None if math.isfinite(seconds) and seconds > 0 else "--timeout must be a positive number of seconds"
+
+
+def add_out_arguments(parser: argparse.ArgumentParser, default: str) -> None:
+    """`--out DIR` and `--replace`, as every verb that writes a run or a gate takes them."""
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help=f"output directory (default: {default}, a new one); one that already holds a run or a "
+                             "gate is refused unless --replace, and one another process writes to is refused")
+    parser.add_argument("--replace", action="store_true",
+                        help="write over the run or gate already in --out (its files are replaced)")
+
+
+def recorded_files() -> tuple[str, ...]:
+    """The files whose presence makes a directory hold a run or a gate (paths inside it): a new run or gate
+    written there would mix with them."""
+    from conformance.compare.gate import GATE_FILE, SIDES
+    from conformance.record.run_dir import RUN_RECORD_FILES
+
+    return (GATE_FILE, *RUN_RECORD_FILES, *(f"{side}/{name}" for side in SIDES for name in RUN_RECORD_FILES))

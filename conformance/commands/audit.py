@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from conformance.audit.hub import DEFAULT_WORKERS
-from conformance.commands import add_verb
+from conformance.commands import add_verb, timeout_problem
 from conformance.formats.checkpoint_files import OK
 from conformance.util import exit_codes
 
@@ -26,10 +26,10 @@ Checkpoints come from REPO[@REVISION] arguments, --checkpoints FILE (default: ./
 checkpoint is named) and --local DIR. Hub access uses huggingface_hub and honours HF_TOKEN, HF_ENDPOINT,
 HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE; a commit already in the cache costs no request.
 
-Exit 1 when a checkpoint misses its `expect`, or its files are broken (invalid JSON, over 5 MB, a template
-too expensive to analyse); exit 2 when a checkpoint cannot be reached (not found, unauthorized, gated, Hub
-error, timeout, network, not cached while offline) or its files cannot be read, on bad input, or when a
-report cannot be written.
+Exit 1 when a checkpoint misses its `expect`, or its files are broken (invalid JSON, over 5 MB, nested over
+100 levels, a template too expensive to analyse); exit 2 when a checkpoint cannot be reached (not found,
+unauthorized, gated, Hub error, timeout, network, not cached while offline) or its files cannot be read, on
+bad input, or when a report cannot be written.
 """
 
 
@@ -127,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--local: not a directory: {', '.join(missing)}")
         if args.workers < 1:
             raise UsageError("--workers must be at least 1")
-        if args.timeout is not None and not args.timeout > 0:
-            raise UsageError("--timeout must be a positive number of seconds")
+        if args.timeout is not None and (problem := timeout_problem(args.timeout)):
+            raise UsageError(problem)
         if args.json == STDOUT and args.markdown == STDOUT:
             raise UsageError("--json - and --markdown - would both write to standard output; give one a file")
         settings = HubSettings.from_env(args.timeout)

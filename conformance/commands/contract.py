@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime
 from pathlib import Path
 
 from conformance.commands import add_verb
 from conformance.util import exit_codes
+from conformance.util.output_dirs import (
+    OutputDirError,
+    cannot_write,
+    claimed_directory,
+    fresh_directory,
+)
 
 DESCRIPTION = """\
 Put recorded runs of the same cases side by side, one column per server (say legacy, hf, hf-rust,
@@ -17,7 +22,7 @@ did (refusal status and param, the parsed message, how it streamed, finish_reaso
 answer), with the cells that differ from the row's first answering server highlighted and how they
 differ. No server is contacted: record each run once (`conformance run --out DIR`, or a gate's
 baseline/ and candidate/), render as often as wanted. A gate directory stands for its two sides.
-Writes contract.md and contract.html to --out (default: reports/contract-<time>).
+Writes contract.md and contract.html to --out (default: reports/contract-<time>, a new directory).
 
 example:
   conformance contract reports/legacy-run reports/hf-run reports/hf-rust-run --out reports/contract
@@ -31,7 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="recorded run directory (or a gate directory: its baseline/ and candidate/)")
     parser.add_argument("--cases", type=Path, metavar="DIR",
                         help="case directory whose contract references are shown (default: the shipped cases)")
-    parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: reports/contract-<time>)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="output directory (default: reports/contract-<time>, a new one)")
     parser.set_defaults(func=run)
 
 
@@ -61,8 +67,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"conformance contract: error: {exc}", file=sys.stderr)
         return exit_codes.ERROR
     matrix = build_matrix(recordings, references)
-    out = args.out or Path("reports") / f"contract-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    paths = write_contract_reports(out, matrix)
+    try:
+        out = args.out or fresh_directory(Path("reports"), "contract")
+        with claimed_directory(out, records=(), replace=True):  # a matrix is rendered again at will: no refusal
+            paths = write_contract_reports(out, matrix)
+    except OutputDirError as exc:
+        print(f"conformance contract: error: {exc}", file=sys.stderr)
+        return exit_codes.ERROR
+    except OSError as exc:
+        print(f"conformance contract: error: {cannot_write(exc, out)}", file=sys.stderr)
+        return exit_codes.ERROR
     differing = sum(1 for row in matrix["rows"] if row["differs"])
     print(f"{len(matrix['rows'])} behaviours of {len(recordings)} servers "
           f"({', '.join(c['label'] for c in matrix['columns'])}); {differing} differ")

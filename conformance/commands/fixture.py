@@ -53,11 +53,13 @@ def run_build(args: argparse.Namespace) -> int:
     from conformance.formats.tiny_checkpoint import build_fixture
 
     form = FORMATS[args.format]
+    if args.variant not in form.variant_names:  # worded as argparse words an unknown choice
+        choices = ", ".join(repr(name) for name in form.variant_names)
+        print(f"conformance fixture build: error: argument --variant: invalid choice: {args.variant!r} "
+              f"(the {form.name} format has: {choices})", file=sys.stderr)
+        return exit_codes.ERROR
     try:
         directory = build_fixture(args.directory, args.variant, form)
-    except ValueError as error:  # a variant the format does not have
-        print(f"error: {error}", file=sys.stderr)
-        return exit_codes.ERROR
     except OSError as error:
         print(f"error: cannot write the fixture into {args.directory}: {error}", file=sys.stderr)
         return exit_codes.ERROR

@@ -4,12 +4,18 @@ acknowledged or not, and a verdict for CI."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from datetime import datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conformance.commands import add_verb
+from conformance.commands import (
+    add_out_arguments,
+    add_verb,
+    recorded_files,
+    timeout_problem,
+)
 from conformance.formats.tiny_checkpoint import VARIANTS
 from conformance.run.driver import (
     DEFAULT_CONCURRENCY,
@@ -19,6 +25,14 @@ from conformance.run.driver import (
     forcing_fields,
 )
 from conformance.util import exit_codes
+from conformance.util.files import read_bounded, write_atomically
+from conformance.util.markdown_text import visible
+from conformance.util.output_dirs import (
+    OutputDirError,
+    cannot_write,
+    claimed_directory,
+    fresh_directory,
+)
 
 GATE_DESCRIPTION = """\
 Run the same cases against a baseline and a candidate server and report every difference a client
@@ -104,16 +118,13 @@ def _common(parser: argparse.ArgumentParser, default_out: str) -> None:
                         "(default: the file shipped for the two profiles, if one ships)")
     expect.add_argument("--no-expect", action="store_true", help="acknowledge nothing")
     parser.add_argument("--strict", action="store_true", help="stale acknowledgements fail the gate too")
-    parser.add_argument("--out", type=Path, metavar="DIR", help=f"output directory (default: {default_out})")
+    add_out_arguments(parser, default_out)
 
 
 def _error(verb: str, message: str) -> int:
-    print(f"conformance {verb}: error: {message}", file=sys.stderr)
+    """Print `message` (which may quote a server's refusal or log line: its control characters as escapes)."""
+    print(visible(f"conformance {verb}: error: {message}", keep_newlines=True), file=sys.stderr)
     return exit_codes.ERROR
-
-
-def _stamp_time() -> str:
-    return datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
 def _expectations(args: argparse.Namespace, pair: tuple[str, str] | None) -> tuple[list[Any], dict[str, Any]]:
@@ -149,20 +160,21 @@ def _check_selectors(entries: list[Any], recordings: list[Any], cases_dir: Path 
 
 
 def _finish(gate: dict[str, Any], out_dir: Path) -> int:
-    """Write gate.json and every gate report, print the verdict and the unacknowledged differences."""
+    """Write gate.json and every gate report, print the verdict and the unacknowledged differences (what a
+    server sent shown `visible`: one line each, a lone surrogate as its escape)."""
     import json
 
     from conformance.compare.gate import GATE_FILE, exit_code_of
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / GATE_FILE).write_text(json.dumps(gate, indent=1, ensure_ascii=False) + "\n", "utf-8")
+    write_atomically(out_dir / GATE_FILE, json.dumps(gate, indent=1, ensure_ascii=False) + "\n")
     paths = {"gate": out_dir / GATE_FILE, **_write_gate_reports(out_dir, gate)}
     for difference in gate["differences"]:
         if difference["acknowledged"] is None:
-            print(f"  {difference['case_id']}[{difference['mode']}] {difference['kind']}: {difference['summary']}")
+            print(visible(f"  {difference['case_id']}[{difference['mode']}] {difference['kind']}: "
+                          f"{difference['summary']}"))
     for entry in gate["stale"]:
-        print(f"  stale: {entry['source']} {entry['kind']} {entry['selector']}")
-    print(gate["verdict"]["line"])
+        print(visible(f"  stale: {entry['source']} {entry['kind']} {entry['selector']}"))
+    print(visible(gate["verdict"]["line"]))  # it can quote a server's error
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return exit_code_of(gate)
@@ -201,9 +213,25 @@ def run_compare(args: argparse.Namespace) -> int:
     problems = _check_selectors(entries, recordings, args.cases)
     if problems:
         return _error("compare", "\n".join(problems))
-    cors = _recorded_cors(args.candidate.parent)
+    try:
+        cors = _recorded_cors(args.candidate.parent)
+    except OSError as exc:
+        return _error("compare", f"{exc.filename}: cannot read: {exc.strerror or exc}")
     gate = build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source)
-    return _finish(gate, args.out or args.candidate.resolve().parent / f"compare-{_stamp_time()}")
+    return _written_out("compare", args, args.candidate.resolve().parent, lambda out_dir: _finish(gate, out_dir))
+
+
+def _written_out(verb: str, args: argparse.Namespace, default_parent: Path, write: Callable[[Path], int]) -> int:
+    """`write(out_dir)`'s exit code, `out_dir` being --out (else a new `<verb>-<time>` under `default_parent`),
+    held for this process while it writes; exit 2 when it cannot be written, saying why."""
+    try:
+        out_dir = args.out or fresh_directory(default_parent, verb)
+        with claimed_directory(out_dir, recorded_files(), args.replace):
+            return write(out_dir)
+    except OutputDirError as exc:
+        return _error(verb, str(exc))
+    except OSError as exc:  # a full disk, a file size limit
+        return _error(verb, cannot_write(exc, out_dir))
 
 
 def _judged_again(recording: Any, cases: list[Any]) -> Any:
@@ -223,29 +251,23 @@ def _judged_again(recording: Any, cases: list[Any]) -> Any:
 
 
 def _recorded_cors(gate_dir: Path) -> dict[str, Any] | None:
-    """The CORS section of the live gate whose sides are being compared (preflights are not cases)."""
+    """The CORS section of the live gate whose sides are being compared (preflights are not cases): None
+    without a gate.json there or one that says none; OSError for one that cannot be read (a FIFO, too large)."""
     import json
 
     from conformance.compare.gate import GATE_FILE
+    from conformance.report.gate.annotations import MAX_GATE_BYTES
 
     try:
-        return json.loads((gate_dir / GATE_FILE).read_text("utf-8")).get("cors")
-    except (OSError, ValueError, AttributeError):
+        return json.loads(read_bounded(gate_dir / GATE_FILE, MAX_GATE_BYTES, "a gate record")).get("cors")
+    except (FileNotFoundError, ValueError, AttributeError):
         return None
 
 
 def run_gate(args: argparse.Namespace) -> int:
     from conformance.compare.expectations import ExpectationsError
-    from conformance.compare.gate import build_gate
-    from conformance.report.run.write import write_side_reports
     from conformance.run.engine import select_cases
-    from conformance.run.gate_sides import (
-        DEFAULT_ORIGIN,
-        GateSetupError,
-        GateSide,
-        run_gate_sides,
-        targets_for,
-    )
+    from conformance.run.gate_sides import GateSide
     from conformance.servers.profiles import launchable_profiles
     from conformance.suite.cases import CaseFileError, load_features, load_suite
 
@@ -261,8 +283,10 @@ def run_gate(args: argparse.Namespace) -> int:
         else:
             return _error("gate", f"--{name}: {target!r} is neither a URL nor a profile "
                           f"({', '.join(launchable_profiles())})")
-    if args.concurrency < 1 or not args.timeout > 0:
-        return _error("gate", "--concurrency must be at least 1 and --timeout a positive number of seconds")
+    if args.concurrency < 1:
+        return _error("gate", "--concurrency must be at least 1")
+    if problem := timeout_problem(args.timeout):
+        return _error("gate", f"{problem}, not {args.timeout:g}")
     launched = all(side.base_url is None for side in sides)
     try:
         unknown = sorted(set(args.feature) - set(load_features(args.cases)))
@@ -277,11 +301,33 @@ def run_gate(args: argparse.Namespace) -> int:
     problems = _check_selectors(entries, [], args.cases)  # before any server is started
     if problems:
         return _error("gate", "\n".join(problems))
-    out_dir = args.out or Path("reports") / f"gate-{_stamp_time()}"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    return _written_out("gate", args, Path("reports"),
+                        lambda out_dir: _gate_into(out_dir, args, sides, cases, entries, source))
+
+
+def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases: list[Any], entries: list[Any],
+               source: dict[str, Any]) -> int:
+    """Run both sides into `out_dir`, then write the gate of their recordings (of what they recorded, when
+    interrupted)."""
+    from conformance.compare.gate import build_gate
+    from conformance.report.run.write import write_side_reports
+    from conformance.run.gate_sides import (
+        DEFAULT_ORIGIN,
+        GateSetupError,
+        run_gate_sides,
+        targets_for,
+    )
+
     sides = _with_checkpoints(args, out_dir, sides)
     print(f"gate: {sides[0].profile} -> {sides[1].profile}, {len(cases)} cases; writing to {out_dir}", file=sys.stderr)
     print(f"expectations: {source['file'] or 'none'} ({source['note']})", file=sys.stderr)
+    stopped_by = ["SIGINT"]  # what interrupted the gate, if something does (Ctrl-C unless SIGTERM says otherwise)
+
+    def interrupt_on_sigterm(signum: int, frame: object) -> None:
+        stopped_by[0] = "SIGTERM"
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt_on_sigterm)  # unwind as on Ctrl-C: launched servers are stopped
     try:
         with targets_for(sides, out_dir, api_key=args.api_key, timeout=args.timeout,
                          forcing=forcing_fields(args.forcing), meanwhile=_import_reports) as (runs, release):
@@ -292,6 +338,35 @@ def run_gate(args: argparse.Namespace) -> int:
             return _finish(build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source), out_dir)
     except GateSetupError as exc:
         return _error("gate", str(exc))
+    except KeyboardInterrupt:  # every server is stopped by now: the gate of what was recorded
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        recordings = [_recorded_so_far(out_dir, side) for side in sides]
+        write_side_reports(out_dir, recordings)
+        print(f"gate: interrupted ({stopped_by[0]}): the gate of what was recorded follows", file=sys.stderr)
+        return _finish(build_gate(*recordings, entries, strict=args.strict, expectations=source,
+                                  interrupted=stopped_by[0]), out_dir)
+
+
+def _recorded_so_far(out_dir: Path, side: Any) -> Any:
+    """What an interrupted gate's side recorded (answers and results are written as they come), its stamp
+    saying it was interrupted; an empty recording when it recorded nothing."""
+    from conformance.record.recording import read_transcripts
+    from conformance.record.results import RESULTS_FILE, read_results
+    from conformance.record.run_dir import Recording
+    from conformance.record.stamp import make_stamp, stamp_of_recording
+    from conformance.record.transcript import TRANSCRIPTS_FILE, TranscriptError
+
+    run_dir = out_dir / side.name
+    try:
+        transcripts = read_transcripts(run_dir / TRANSCRIPTS_FILE) if (run_dir / TRANSCRIPTS_FILE).is_file() else []
+        results = read_results(run_dir / RESULTS_FILE) if (run_dir / RESULTS_FILE).is_file() else []
+    except TranscriptError as exc:
+        print(visible(f"gate: {exc}"), file=sys.stderr)
+        transcripts, results = [], []
+    completion = f"interrupted after {len(results)} results"
+    stamp = (stamp_of_recording(transcripts, completion) if transcripts
+             else make_stamp({"profile": side.profile}, completion="interrupted before any answer was recorded"))
+    return Recording(side.profile, transcripts, results, stamp, side.name)
 
 
 def _with_checkpoints(args: argparse.Namespace, out_dir: Path, sides: list[Any]) -> list[Any]:

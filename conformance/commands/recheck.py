@@ -8,16 +8,22 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from conformance.commands import add_verb
+from conformance.commands import add_out_arguments, add_verb, recorded_files
 from conformance.record.outcomes import SKIP_KINDS
 from conformance.util import exit_codes
+from conformance.util.output_dirs import (
+    OutputDirError,
+    cannot_write,
+    claimed_directory,
+    fresh_directory,
+)
 
 DESCRIPTION = """\
 Re-judge the transcripts of an earlier `conformance run` against the current case definitions and
 checks, without any server: useful after changing a case's expectation or upgrading this tool.
-Writes results.jsonl, report.md, junit.xml, report.html and run.json to --out (default: a
-`recheck` folder next to the transcripts file). The stamp (server version, model, profile) is the
-one recorded in the transcripts.
+Writes results.jsonl, report.md, junit.xml, report.html and run.json to --out (default: a new
+`recheck-<time>` folder next to the transcripts file; an --out that already holds a run or a gate is refused
+unless --replace). The stamp (server version, model, profile) is the one recorded in the transcripts.
 
 example:
   conformance recheck reports/run-20261130-201500/transcripts.jsonl --out /tmp/recheck
@@ -30,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("transcripts", type=Path, metavar="TRANSCRIPTS.jsonl", help="a run's transcripts file")
     parser.add_argument("--cases", type=Path, metavar="DIR", help="case directory (default: the shipped cases/)")
-    parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: <transcripts dir>/recheck)")
+    add_out_arguments(parser, "<transcripts dir>/recheck-<time>")
     parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="local checkpoint directory: its response_template gives the markers checked for leaks")
     parser.add_argument("--allow-skip", action="append", default=[], choices=SKIP_KINDS, metavar="KIND",
@@ -66,17 +72,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"conformance recheck: error: {args.transcripts}: no transcripts in this file", file=sys.stderr)
         return exit_codes.ERROR
     results = recheck(transcripts, cases, markers=markers, allowed_skips=args.allow_skip)
-    out_dir = args.out or args.transcripts.parent / "recheck"
     header = make_header("results", cases=[c for c in cases if c.id in {t.case_id for t in transcripts}],
                          markers=markers, server=asdict(transcripts[0].server),
                          created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        write_results(out_dir / RESULTS_FILE, results, header)
-        paths = write_reports(out_dir, results, stamp_of_recording(transcripts), transcripts)
+        out_dir = args.out or fresh_directory(args.transcripts.parent, "recheck")
+        with claimed_directory(out_dir, recorded_files(), args.replace):
+            write_results(out_dir / RESULTS_FILE, results, header)
+            paths = write_reports(out_dir, results, stamp_of_recording(transcripts), transcripts)
+    except OutputDirError as exc:
+        print(f"conformance recheck: error: {exc}", file=sys.stderr)
+        return exit_codes.ERROR
     except OSError as exc:
-        print(f"conformance recheck: error: {out_dir}: cannot write the reports: {exc.strerror or exc}",
-              file=sys.stderr)
+        print(f"conformance recheck: error: {cannot_write(exc, out_dir)}", file=sys.stderr)
         return exit_codes.ERROR
     summary = summarize(results)
     print(summary.line())

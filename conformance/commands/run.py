@@ -5,16 +5,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import math
 import os
 import signal
 import sys
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from conformance.commands import add_verb
+from conformance.commands import (
+    add_out_arguments,
+    add_verb,
+    recorded_files,
+    timeout_problem,
+)
 from conformance.formats.tiny_checkpoint import VARIANTS
 from conformance.record.outcomes import SKIP_KINDS
 from conformance.run.driver import (
@@ -26,6 +29,13 @@ from conformance.run.driver import (
     forcing_fields,
 )
 from conformance.util import exit_codes
+from conformance.util.markdown_text import visible
+from conformance.util.output_dirs import (
+    OutputDirError,
+    cannot_write,
+    claimed_directory,
+    fresh_directory,
+)
 
 DESCRIPTION = """\
 Send every case (streaming and non-streaming unless a case says otherwise) to an OpenAI-compatible
@@ -36,9 +46,10 @@ template markers, stream vs non-stream, the expected outcome for the profile, pl
 Either attach to a running server (--base-url URL --model NAME --profile hf|legacy), or let the
 tool build the tiny checkpoint and start real vLLM itself (--launch hf|legacy).
 
-Writes to --out (default reports/run-<time>): transcripts.jsonl and results.jsonl as the run goes
-(a crash loses nothing), then report.md (for $GITHUB_STEP_SUMMARY), junit.xml, report.html and
-run.json. `conformance recheck OUT/transcripts.jsonl` judges the recording again with no server.
+Writes to --out (default reports/run-<time>, a new directory): transcripts.jsonl and results.jsonl as the
+run goes (a crash loses nothing), then report.md (for $GITHUB_STEP_SUMMARY), junit.xml, report.html and
+run.json; an --out that already holds a run or a gate is refused unless --replace. `conformance recheck
+OUT/transcripts.jsonl` judges the recording again with no server.
 
 examples:
   conformance run --launch hf
@@ -56,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", metavar="NAME", help="model name the server serves (with --base-url)")
     parser.add_argument("--profile", metavar="NAME", help="profile whose expectations apply (default: the --launch profile)")
     parser.add_argument("--cases", type=Path, metavar="DIR", help="case directory (default: the shipped cases/)")
-    parser.add_argument("--out", type=Path, metavar="DIR", help="output directory (default: reports/run-<time>)")
+    add_out_arguments(parser, "reports/run-<time>")
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
                         help=f"requests in flight at once (default: {DEFAULT_CONCURRENCY})")
     parser.add_argument("--repeat", type=int, default=1, metavar="K", help="run every case K times; reports pass@K")
@@ -98,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.base_url and not (args.model and args.profile):
         return _usage_error("--base-url needs --model and --profile")
-    if not (args.timeout > 0 and math.isfinite(args.timeout)):
-        return _usage_error(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    if problem := timeout_problem(args.timeout):
+        return _usage_error(f"{problem}, not {args.timeout:g}")
     args.api_key = args.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"  # as the openai client does
     if args.launch:
         from conformance.servers.profiles import launchable_profiles
@@ -125,19 +136,17 @@ def run(args: argparse.Namespace) -> int:
                             f"(known: {', '.join(sorted(known_profiles(suite)))})")
     if not cases:
         return _usage_error("no case matches the selection")
-    out_dir = args.out or Path("reports") / f"run-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return _usage_error(f"--out {out_dir}: cannot create the directory: {exc.strerror or exc}")
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # unwind: a launched server is stopped
     try:
-        with _target(args, out_dir) as (target, markers):
+        out_dir = args.out or fresh_directory(Path("reports"), "run")
+        with claimed_directory(out_dir, recorded_files(), args.replace), _target(args, out_dir) as (target, markers):
             print(f"running {len(cases)} cases against {target.shown_url} ({target.profile} profile); "
                   f"writing to {out_dir}", file=sys.stderr)
             return _run_and_report(cases, target, markers, out_dir, args)
-    except (TargetError, CheckpointError) as exc:
+    except (OutputDirError, TargetError, CheckpointError) as exc:
         return _usage_error(str(exc))
+    except OSError as exc:  # a full disk, a file size limit
+        return _usage_error(cannot_write(exc, out_dir))
 
 
 def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out_dir: Path,
@@ -174,7 +183,8 @@ def problem_lines(results: list[Any], width: int = 160) -> list[str]:
         if result.outcome in ("fail", "error"):
             for check in result.failed_checks() or [None]:
                 name, reason = (check.name, check.reason) if check else ("-", result.reason)
-                line = f"{result.outcome.upper():5} {result.case_id} {result.mode} {name}: {' '.join(reason.split())}"
+                line = visible(f"{result.outcome.upper():5} {result.case_id} {result.mode} {name}: "
+                               f"{' '.join(reason.split())}")  # a server's words: its control characters as escapes
                 lines.append(line if len(line) <= width else line[: width - 1] + "…")
     if len(lines) > MAX_PROBLEM_LINES:
         lines[MAX_PROBLEM_LINES:] = [f"... and {len(lines) - MAX_PROBLEM_LINES} more (see report.md)"]

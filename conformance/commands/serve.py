@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from conformance.commands import add_verb
+from conformance.commands import add_verb, timeout_problem
 from conformance.util import exit_codes
 
 DESCRIPTION = """\
@@ -48,6 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from conformance.servers.launch import ServerStartError, launch
+
+    if problem := timeout_problem(args.timeout):
+        print(f"conformance serve: error: {problem}", file=sys.stderr)
+        return exit_codes.ERROR
 
     # Ctrl-C (taken by cli.main) and SIGTERM both unwind through `launch`, which stops the server's tree.
     signal.signal(signal.SIGTERM, signal.default_int_handler)

@@ -9,8 +9,8 @@
         reference: docs/vllm-0.32-contract.md#2-1
         client_action: send tool_choice auto
 
-Validated against `schemas/expectations.schema.json`; every problem names the file, the line and the
-field. A difference is acknowledged by the first entry that matches it; an entry that matches no
+Validated against `schemas/expectations.schema.json`, no key given twice; every problem names the file, the
+line and the field. A difference is acknowledged by the first entry that matches it; an entry that matches no
 difference is stale.
 """
 
@@ -93,6 +93,10 @@ def load_expectations(path: Path) -> list[Acknowledgement]:
         node, data = safe_yaml.load_file(path)
     except safe_yaml.YamlFileError as exc:
         raise ExpectationsError(f"{path}{f':{exc.line}' if exc.line else ''}: {exc.problem}") from exc
+    duplicates = [f"{path}:{line}: {format_path(at)}: duplicate key {at[-1]!r} (YAML would keep the last one)"
+                  for at, line in safe_yaml.duplicate_keys(node)]
+    if duplicates:
+        raise ExpectationsError("\n".join(duplicates))
     validator = jsonschema.Draft202012Validator(load_schema("expectations.schema.json"))
     problems = []
     for error in sorted(validator.iter_errors(data), key=lambda e: [str(p) for p in e.absolute_path]):

@@ -18,8 +18,11 @@ from conformance.record.transcript import (
     Transcript,
     TranscriptError,
 )
+from conformance.util.files import read_bounded, write_atomically
 
 RUN_FILE = "run.json"
+MAX_RUN_FILE_BYTES = 16 * 1024 * 1024  # run.json holds a stamp and a summary
+RUN_RECORD_FILES = (TRANSCRIPTS_FILE, RESULTS_FILE, RUN_FILE)  # the files a run writes into its directory
 
 
 def write_results(path: Path, results: Iterable[CaseResult], header: Mapping[str, Any]) -> None:
@@ -31,7 +34,7 @@ def write_results(path: Path, results: Iterable[CaseResult], header: Mapping[str
 
 
 def write_run_summary(path: Path, stamp: Mapping[str, Any], summary: Summary) -> None:
-    path.write_text(json.dumps({"stamp": dict(stamp), "summary": summary.to_dict()}, indent=2) + "\n", "utf-8")
+    write_atomically(path, json.dumps({"stamp": dict(stamp), "summary": summary.to_dict()}, indent=2) + "\n")
 
 
 @dataclass
@@ -53,9 +56,11 @@ def read_run_dir(run_dir: Path, label: str | None = None) -> Recording:
     if not transcripts:
         raise TranscriptError(f"{run_dir / TRANSCRIPTS_FILE}: no transcripts in this run")
     try:
-        stamp = json.loads((run_dir / RUN_FILE).read_text("utf-8"))["stamp"]
-    except (OSError, ValueError, KeyError, TypeError):
-        stamp = stamp_of_recording(transcripts)
-    if not isinstance(stamp, dict):
+        stamp = json.loads(read_bounded(run_dir / RUN_FILE, MAX_RUN_FILE_BYTES, "a run summary"))["stamp"]
+    except (FileNotFoundError, ValueError, KeyError, TypeError):  # none (a run interrupted early), or not one
+        stamp = None
+    except OSError as exc:  # a FIFO, a device, too large, no permission
+        raise TranscriptError(f"{run_dir / RUN_FILE}: cannot read: {exc.strerror or exc}") from exc
+    if not isinstance(stamp, dict):  # the transcripts' own stamp
         stamp = stamp_of_recording(transcripts)
     return Recording(label or str(stamp.get("profile") or run_dir.name), transcripts, results, stamp, str(run_dir))

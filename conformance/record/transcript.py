@@ -16,9 +16,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from conformance.record.case_model import Mode
-from conformance.util.json_codec import json_text, parse_json
+from conformance.util.files import open_regular
+from conformance.util.json_codec import (
+    MAX_RECORD_DEPTH,
+    JsonTooDeep,
+    json_text,
+    parse_json,
+)
 
 TRANSCRIPTS_FILE = "transcripts.jsonl"
+MAX_RECORDING_BYTES = 1024**3  # a JSON-lines recording read back (transcripts, results, clients)
 
 
 @dataclass(frozen=True)
@@ -130,9 +137,10 @@ class JsonLinesWriter:
 
 
 def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line number, object) for every non-blank line; a bad line raises TranscriptError."""
+    """Yield (line number, object) for every non-blank line of `path`, a regular file of at most
+    MAX_RECORDING_BYTES; a bad line raises TranscriptError."""
     try:
-        handle = path.open("rb")
+        handle = open_regular(path, MAX_RECORDING_BYTES, "a recording")
     except OSError as exc:
         raise TranscriptError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     with handle:
@@ -144,9 +152,10 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not line.strip():
                 continue
             try:
-                record = parse_json(line)
-            except RecursionError as exc:
-                raise TranscriptError(f"{path}:{number}: JSON nested too deeply to read") from exc
+                record = parse_json(line, MAX_RECORD_DEPTH)
+            except JsonTooDeep as exc:
+                raise TranscriptError(f"{path}:{number}: JSON nested too deeply to read (over {MAX_RECORD_DEPTH} "
+                                      "levels)") from exc
             except ValueError as exc:  # invalid JSON, or an integer past Python's digit limit
                 raise TranscriptError(f"{path}:{number}: not valid JSON: {getattr(exc, 'msg', exc)}") from exc
             if not isinstance(record, dict):

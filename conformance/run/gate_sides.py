@@ -77,17 +77,21 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
     try:
         with ThreadPoolExecutor(max(1, len(launched))) as pool:
             waits = {name: pool.submit(process.wait_until_healthy) for name, process in launched.items()}
-            if meanwhile is not None and launched:
-                meanwhile()
-            servers = {}
-            for name, wait in waits.items():
-                try:
-                    servers[name] = wait.result()
-                except ServerStartError as exc:
-                    raise GateSetupError(f"could not start the {name} server: {exc}") from exc
-                print(f"{name}: {servers[name].profile.server_name} {servers[name].version} "
-                      f"({servers[name].profile.name}) healthy after "
-                      f"{servers[name].startup_seconds:.1f} s", file=sys.stderr)
+            try:
+                if meanwhile is not None and launched:
+                    meanwhile()
+                servers = {}
+                for name, wait in waits.items():
+                    try:
+                        servers[name] = wait.result()
+                    except ServerStartError as exc:
+                        raise GateSetupError(f"could not start the {name} server: {exc}") from exc
+                    print(f"{name}: {servers[name].profile.server_name} {servers[name].version} "
+                          f"({servers[name].profile.name}) healthy after "
+                          f"{servers[name].startup_seconds:.1f} s", file=sys.stderr)
+            except BaseException:  # Ctrl-C or a failed start: a start still waiting sees its server stop now,
+                release()  # not after its start timeout
+                raise
         runs = []
         for side in sides:
             server = servers.get(side.name)

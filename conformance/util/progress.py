@@ -1,9 +1,12 @@
-"""Progress on standard error: a rich progress bar on a terminal, one plain line per step otherwise."""
+"""Progress on standard error: a rich progress bar on a terminal, one plain line per step otherwise.
+Labels and lines can carry what a server sent: control characters and bidi overrides are shown as escapes."""
 
 from __future__ import annotations
 
 import sys
 from typing import IO, Any
+
+from conformance.util.markdown_text import visible
 
 
 class Progress:
@@ -31,9 +34,9 @@ class Progress:
     def advance(self, label: str, line: str) -> None:
         self.done += 1
         if self.bar is not None:
-            self.bar.update(self.task, advance=1, description=label)
+            self.bar.update(self.task, advance=1, description=visible(label))
         else:
-            print(f"[{self.done}/{self.total}] {line}", file=self.stream, flush=True)
+            print(f"[{self.done}/{self.total}] {visible(line)}", file=self.stream, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -1,5 +1,6 @@
 """The one YAML reader of the suite, bounded for untrusted files (checkpoints.yaml, case files, tools.yaml, the
-gate's expectations), and `read_text`, the UTF-8 reader of every untrusted text file (its errors name the line).
+gate's expectations), and `read_text`, the UTF-8 reader of every untrusted text file (a regular file, bounded in
+size; its errors name the line).
 
 YAML aliases let a few hundred bytes stand for billions of nodes (an "alias bomb"), and deep nesting makes
 recursive code overflow. `parse` composes the node tree (linear in the text: an alias is one shared node),
@@ -17,9 +18,12 @@ from typing import Any
 
 import yaml
 
+from conformance.util.files import read_bounded
+
 MAX_DEPTH = 100
 MAX_NODES = 100_000
 MAX_CHARS = 16_000_000
+MAX_FILE_BYTES = 2 * MAX_CHARS  # an input text file (a YAML file, features.txt): more could not be within the bounds
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C parser when libyaml is there
 # Scalars whose construction can fail on a value (a str cannot; `<<` merge keys are handled by their mapping)
@@ -30,11 +34,11 @@ class UnreadableFile(ValueError):
     """A file that cannot be read as UTF-8 text; the message says why (and where), without the file name."""
 
 
-def read_text(path: Path) -> str:
-    """The UTF-8 text of `path`; UnreadableFile says why not ("cannot read: ...", or the line and byte
-    that are not UTF-8)."""
+def read_text(path: Path, limit: int = MAX_FILE_BYTES, what: str = "an input file") -> str:
+    """The UTF-8 text of `path`, a regular file of at most `limit` bytes; UnreadableFile says why not
+    ("cannot read: ...", its cause the OSError; or the line and byte that are not UTF-8)."""
     try:
-        raw = Path(path).read_bytes()
+        raw = read_bounded(Path(path), limit, what)
     except OSError as exc:
         raise UnreadableFile(f"cannot read: {exc.strerror or exc}") from exc
     try:

@@ -50,6 +50,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+from conformance.formats.checkpoint_files import read_tokenizer_config
 from conformance.record.case_model import Case, ExpectedError, Mode
 from conformance.record.outcomes import FAIL, Check
 from conformance.record.transcript import ServerStamp, Transcript
@@ -106,7 +107,7 @@ class HfCheckpoint:
         from conformance.audit.roundtrip.roundtrip import subject_of
 
         directory = Path(directory)
-        config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+        config = read_tokenizer_config(directory / "tokenizer_config.json")
         subject = subject_of(config, {name: directory / name for name in ("chat_template.jinja",)
                                       if (directory / name).is_file()})
         if isinstance(subject, str):

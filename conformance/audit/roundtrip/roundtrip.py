@@ -26,7 +26,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
+from conformance.formats.checkpoint_files import MAX_FILE_BYTES, read_json_file
 from conformance.formats.markers import template_markers
+from conformance.util.files import read_bounded
 
 FailureCode = Literal["roundtrip-render-error", "roundtrip-parse-error", "roundtrip-mismatch", "chunk-variance"]
 USER_MESSAGE = {"role": "user", "content": "Use the tools."}
@@ -81,10 +83,12 @@ def chat_template_of(tokenizer_config: Mapping[str, Any], files: Mapping[str, Pa
     """The chat template transformers would use with tools: chat_template.jinja, else chat_template.json's,
     else the tokenizer_config key (a named list: `tool_use`, else `default`)."""
     if "chat_template.jinja" in files:
-        return Path(files["chat_template.jinja"]).read_text(encoding="utf-8")
+        raw = read_bounded(Path(files["chat_template.jinja"]), MAX_FILE_BYTES, "a chat template")
+        return raw.decode("utf-8", "replace")
     template: Any = tokenizer_config.get("chat_template")
     if "chat_template.json" in files:
-        template = json.loads(Path(files["chat_template.json"]).read_text(encoding="utf-8")).get("chat_template")
+        found = read_json_file(Path(files["chat_template.json"]), "chat_template.json")
+        template = found.get("chat_template") if isinstance(found, dict) else None
     if isinstance(template, list):
         named = {item.get("name"): item.get("template") for item in template if isinstance(item, Mapping)}
         template = named.get("tool_use") or named.get("default")

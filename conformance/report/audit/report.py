@@ -9,7 +9,6 @@ computed (removed when the run finishes), so nothing is lost if the run dies, an
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from datetime import datetime, timezone
@@ -23,6 +22,7 @@ from conformance.audit.predictors.sglang import SGLANG_CONFIGURATIONS, SGLangVer
 from conformance.audit.predictors.vllm_032 import CONFIGURATIONS, StartupVerdict
 from conformance.audit.predictors.vllm_rs import RUST_CONFIGURATIONS, RustVerdict
 from conformance.report.audit.offline import offline_lines
+from conformance.util.files import write_atomically
 from conformance.util.markdown_text import code_span, visible
 
 TARGET = "vLLM 0.32.0 and 0.33.0"
@@ -294,12 +294,6 @@ def render_table(report: dict[str, Any]) -> Any:
     return table
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
-
-
 class AuditReportWriter:
     """Collects audits and keeps what is on disk current (see the module docstring)."""
 
@@ -350,7 +344,7 @@ class AuditReportWriter:
                     (self.stdout or sys.stdout).write(render(report))
                     (self.stdout or sys.stdout).flush()
             elif path is not None:
-                _write_atomically(path, render(report))
+                write_atomically(path, render(report))
 
 
 def _json_text(report: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from conformance.report.contract_matrix import html as matrix_html
 from conformance.report.contract_matrix import markdown as matrix_markdown
+from conformance.util.files import write_atomically
 
 MATRIX_FILES = {"markdown": "contract.md", "html": "contract.html"}
 
@@ -17,6 +18,6 @@ def write_contract_reports(out_dir: Path | str, matrix: Mapping[str, Any]) -> di
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {kind: out / name for kind, name in MATRIX_FILES.items()}
-    paths["markdown"].write_text(matrix_markdown.render(matrix), encoding="utf-8")
-    paths["html"].write_text(matrix_html.render(matrix), encoding="utf-8")
+    write_atomically(paths["markdown"], matrix_markdown.render(matrix))
+    write_atomically(paths["html"], matrix_html.render(matrix))
     return paths

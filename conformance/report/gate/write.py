@@ -7,18 +7,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from conformance.report.gate import (
-    chart as gate_chart,
-)
-from conformance.report.gate import (
-    html as gate_html,
-)
-from conformance.report.gate import (
-    junit as gate_junit,
-)
-from conformance.report.gate import (
-    markdown as gate_markdown,
-)
+from conformance.report.gate import chart as gate_chart
+from conformance.report.gate import html as gate_html
+from conformance.report.gate import junit as gate_junit
+from conformance.report.gate import markdown as gate_markdown
+from conformance.util.files import write_atomically
 
 REPORT_FILES = {"markdown": "report.md", "html": "report.html", "chart": "timing.png", "junit": "junit.xml"}
 
@@ -29,8 +22,8 @@ def write_gate_reports(out_dir: Path | str, gate: Mapping[str, Any]) -> dict[str
     out.mkdir(parents=True, exist_ok=True)
     paths = {kind: out / name for kind, name in REPORT_FILES.items()}
     chart = gate_chart.render(gate)
-    paths["chart"].write_bytes(chart)
-    paths["markdown"].write_text(gate_markdown.render(gate), encoding="utf-8")
-    paths["html"].write_text(gate_html.render(gate, chart), encoding="utf-8")
-    paths["junit"].write_text(gate_junit.render(gate), encoding="utf-8")
+    write_atomically(paths["chart"], chart)  # each whole or not at all
+    write_atomically(paths["markdown"], gate_markdown.render(gate))
+    write_atomically(paths["html"], gate_html.render(gate, chart))
+    write_atomically(paths["junit"], gate_junit.render(gate))
     return paths

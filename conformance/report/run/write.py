@@ -16,6 +16,7 @@ from conformance.record.transcript import (
     Transcript,
 )
 from conformance.report.run import html, junit, markdown
+from conformance.util.files import write_atomically
 
 REPORT_FILES = {"markdown": "report.md", "junit": "junit.xml", "html": "report.html"}
 
@@ -26,10 +27,10 @@ def write_reports(out_dir: Path, results: Sequence[CaseResult], stamp: dict[str,
     returns {kind: path}."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {kind: out_dir / name for kind, name in REPORT_FILES.items()}
-    # backslashreplace: a lone surrogate a server sent is shown as its escape, not a crash of the writer
-    paths["markdown"].write_text(markdown.render(results, stamp), "utf-8", "backslashreplace")
-    paths["junit"].write_text(junit.render(results, stamp, transcripts), "utf-8", "backslashreplace")
-    paths["html"].write_text(html.render(results, stamp, transcripts), "utf-8", "backslashreplace")
+    # each whole or not at all; a lone surrogate a server sent is written as its escape
+    write_atomically(paths["markdown"], markdown.render(results, stamp))
+    write_atomically(paths["junit"], junit.render(results, stamp, transcripts))
+    write_atomically(paths["html"], html.render(results, stamp, transcripts))
     paths["run"] = out_dir / RUN_FILE
     write_run_summary(paths["run"], stamp, summarize(results))
     return paths
