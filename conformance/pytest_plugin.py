@@ -30,13 +30,7 @@ import pytest
 
 from conformance.record.case_model import Case, Mode
 from conformance.record.outcomes import SKIP_KINDS
-from conformance.run.driver import (
-    DEFAULT_CONCURRENCY,
-    DEFAULT_TIMEOUT,
-    FORCING_CHOICES,
-    FORCING_HELP,
-    forcing_fields,
-)
+from conformance.run.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
 
 _STATE = pytest.StashKey[dict[str, Any]]()
 SUITE_NAME = "conformance"  # the node id prefix of every item
@@ -377,12 +371,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 
 def _write_merged_reports(config: pytest.Config, share_dir: Path) -> None:
     """The reports of an xdist run: every worker's share put together into --conformance-out."""
-    from conformance.record.recording import (
-        RecordingFile,
-        make_header,
-        read_header,
-        read_transcripts,
-    )
+    from conformance.record.recording import RecordingFile, make_header, read_header, read_transcripts
     from conformance.record.results import RESULTS_FILE, read_results
     from conformance.record.run_dir import write_results
     from conformance.record.stamp import stamp_of_recording

@@ -6,12 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from engine_helpers import (
-    STAMP,
-    error_transcript,
-    response_transcript,
-    stream_transcript,
-)
+from engine_helpers import STAMP, error_transcript, response_transcript, stream_transcript
 
 from conformance.record.recording import make_header
 from conformance.record.transcript import JsonLinesWriter, Transcript

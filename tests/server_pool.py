@@ -11,14 +11,7 @@ from typing import TypeVar
 import pytest
 
 from conformance.formats.tiny_checkpoint import build_fixture
-from conformance.servers.launch import (
-    Server,
-    ServerProcess,
-    ServerStartError,
-    descendant_pids,
-    pid_alive,
-    start,
-)
+from conformance.servers.launch import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
 from conformance.servers.profile import Profile
 
 ServerKey = tuple[str, str]  # (profile, fixture variant)

@@ -20,12 +20,7 @@ import pytest
 
 from conformance.audit.checkpoint_audit import audit_local
 from conformance.audit.implementations.registry import sglang_install
-from conformance.audit.predictors.sglang import (
-    MISSING,
-    NO_TOOL_CALLS,
-    SGLANG_CONFIGURATIONS,
-    TOOL_CALLS_NEED_OPEN,
-)
+from conformance.audit.predictors.sglang import MISSING, NO_TOOL_CALLS, SGLANG_CONFIGURATIONS, TOOL_CALLS_NEED_OPEN
 from conformance.audit.template_rules import analyze_template_unbounded
 from conformance.formats.qwen3_hermes import RESPONSE_TEMPLATE_FULL
 from conformance.formats.tiny_checkpoint import VARIANTS, build_fixture

@@ -9,12 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.audit.checkpoint_list import (
-    CheckpointsError,
-    load_checkpoints,
-    parse_spec,
-    revision_warning,
-)
+from conformance.audit.checkpoint_list import CheckpointsError, load_checkpoints, parse_spec, revision_warning
 from conformance.util import exit_codes
 from tests.audit_helpers import FIXTURES, fixture_commit
 

@@ -12,18 +12,9 @@ from conformance.record.results import make_result
 from conformance.record.transcript import Transcript
 from conformance.record.wire import read_stream, response_message
 from conformance.run.checks.contract import check_stream_framing
-from conformance.run.checks.findings import (
-    finding_client_replay,
-    observed_tool_call_streaming,
-)
+from conformance.run.checks.findings import finding_client_replay, observed_tool_call_streaming
 from conformance.run.judge import judge
-from tests.engine_helpers import (
-    STAMP,
-    error_transcript,
-    load_cases,
-    response_transcript,
-    stream_transcript,
-)
+from tests.engine_helpers import STAMP, error_transcript, load_cases, response_transcript, stream_transcript
 
 CASES_YAML = r"""
 - id: one-call

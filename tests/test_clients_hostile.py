@@ -20,12 +20,7 @@ from conformance.cli import main
 from conformance.clients import node_ai_sdk
 from conformance.clients.idioms import REQUIRED
 from conformance.clients.jobs import Job
-from conformance.clients.record import (
-    CLIENTS_FILE,
-    ClientFinding,
-    read_findings,
-    read_recording,
-)
+from conformance.clients.record import CLIENTS_FILE, ClientFinding, read_findings, read_recording
 from conformance.clients.replay_server import Answer, answer_of, running
 from conformance.report.clients import markdown as clients_markdown
 from conformance.util.package_paths import NODE_PROJECT_DIR

@@ -16,11 +16,7 @@ from conformance.compare.timing import distribution, stream_timings
 from conformance.record.outcomes import Check
 from conformance.record.results import CaseResult
 from conformance.record.run_dir import Recording
-from tests.engine_helpers import (
-    error_transcript,
-    response_transcript,
-    stream_transcript,
-)
+from tests.engine_helpers import error_transcript, response_transcript, stream_transcript
 from tests.fake_server import ALLOWED_ORIGIN, REASONING, fake_server
 
 REFUSAL = {"error": {"message": "response_template parsing cannot guarantee required tool choice",

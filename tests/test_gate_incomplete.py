@@ -5,20 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from conformance.cli import main
 from conformance.compare.expectations import load_expectations
 from conformance.compare.gate import build_gate
 from conformance.record.run_dir import Recording
 from tests.engine_helpers import response_transcript
-from conformance.cli import main
 from tests.fake_server import fake_server
-from tests.test_gate import (  # noqa: F401 (cases_dir, every_kind: fixtures)
-    _gate_args,
-    cases_dir,
-    every_kind,
-    named,
-    ns_call,
-    recording,
-)
+from tests.test_gate import _gate_args, cases_dir, every_kind, named, ns_call, recording  # noqa: F401 (cases_dir, every_kind: fixtures)
 
 EVERYTHING_ACKNOWLEDGED = """\
 acknowledge:

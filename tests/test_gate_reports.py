@@ -20,27 +20,13 @@ import yaml
 from markdown_it import MarkdownIt
 from PIL import Image
 
-from conformance.report.gate import (
-    actions as gate_actions,
-)
-from conformance.report.gate import (
-    annotations as gate_annotations,
-)
-from conformance.report.gate import (
-    chart as gate_chart,
-)
-from conformance.report.gate import (
-    html as gate_html,
-)
-from conformance.report.gate import (
-    junit as gate_junit,
-)
-from conformance.report.gate import (
-    markdown as gate_markdown,
-)
-from conformance.report.gate import (
-    view as gate_view,
-)
+from conformance.report.gate import actions as gate_actions
+from conformance.report.gate import annotations as gate_annotations
+from conformance.report.gate import chart as gate_chart
+from conformance.report.gate import html as gate_html
+from conformance.report.gate import junit as gate_junit
+from conformance.report.gate import markdown as gate_markdown
+from conformance.report.gate import view as gate_view
 from conformance.report.gate.write import write_gate_reports
 from conformance.servers.profiles import cors_advice_for
 from tests.chromium_cdp import CHROMIUM, Chromium, keep_artifact

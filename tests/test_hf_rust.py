@@ -17,13 +17,7 @@ from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.run.driver import Target
 from conformance.run.engine import run
 from conformance.servers.forcing import forcing_extra_body, token_grammar_body
-from conformance.servers.launch import (
-    Server,
-    ServerStartError,
-    descendant_pids,
-    launch,
-    pid_alive,
-)
+from conformance.servers.launch import Server, ServerStartError, descendant_pids, launch, pid_alive
 from conformance.servers.vllm import find_vllm_error
 from conformance.servers.vllm_rs import find_vllm_rs_error
 from conformance.suite.cases import load_suite

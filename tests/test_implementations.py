@@ -6,11 +6,7 @@ import pytest
 from roundtrip_helpers import tiny_subject
 
 from conformance.audit.implementations import matrix, registry
-from conformance.audit.implementations.matrix import (
-    DOCUMENTED_CAST,
-    DOCUMENTED_MALFORMED,
-    build_matrix,
-)
+from conformance.audit.implementations.matrix import DOCUMENTED_CAST, DOCUMENTED_MALFORMED, build_matrix
 from conformance.audit.offline import case_probes
 from conformance.audit.roundtrip.worker import render_probe
 

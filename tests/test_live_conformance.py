@@ -15,12 +15,7 @@ from typing import Any
 
 import pytest
 
-from conformance.audit.predictors.vllm_032_answers import (
-    EXPLAINED_DIFFERENCES,
-    HfCheckpoint,
-    judge_recording,
-    predict,
-)
+from conformance.audit.predictors.vllm_032_answers import EXPLAINED_DIFFERENCES, HfCheckpoint, judge_recording, predict
 from conformance.formats.markers import markers_for_checkpoint
 from conformance.record.recording import read_transcripts
 from conformance.record.results import read_results

@@ -19,12 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conformance.formats.qwen3_hermes import MARKER_TOKENS
-from conformance.record.case_model import (
-    Case,
-    Expectation,
-    ExpectedMessage,
-    ExpectedToolCall,
-)
+from conformance.record.case_model import Case, Expectation, ExpectedMessage, ExpectedToolCall
 from conformance.run.driver import Target
 from conformance.run.engine import run
 

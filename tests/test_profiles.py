@@ -18,13 +18,7 @@ from conformance.run.gate_sides import GateSetupError, GateSide, targets_for
 from conformance.run.judge import judge
 from conformance.servers.forcing import ServerTokenizer
 from conformance.servers.forcing_methods import NoForcing
-from conformance.servers.launch import (
-    ServerStartError,
-    descendant_pids,
-    launch,
-    pid_alive,
-    server_command,
-)
+from conformance.servers.launch import ServerStartError, descendant_pids, launch, pid_alive, server_command
 from conformance.servers.profile import Launch, Profile, VersionProbe
 from conformance.servers.profiles import PROFILES, expectation_for, launchable_profiles
 from conformance.servers.runtimes import SetupError, VirtualEnv

@@ -9,13 +9,7 @@ from dataclasses import replace
 import pytest
 
 from conformance.cli import main
-from conformance.record.recording import (
-    RUN_FORMAT,
-    RecordingError,
-    case_digest,
-    read_header,
-    read_transcripts,
-)
+from conformance.record.recording import RUN_FORMAT, RecordingError, case_digest, read_header, read_transcripts
 from conformance.record.results import read_results
 from conformance.record.transcript import TranscriptError
 from conformance.run.driver import Target

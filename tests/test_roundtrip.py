@@ -8,11 +8,7 @@ import pytest
 from roundtrip_helpers import corrected_subject, tiny_subject
 
 from conformance.audit.roundtrip import roundtrip
-from conformance.audit.roundtrip.roundtrip import (
-    ChunkVariance,
-    check_turn,
-    run_roundtrip,
-)
+from conformance.audit.roundtrip.roundtrip import ChunkVariance, check_turn, run_roundtrip
 from conformance.audit.roundtrip.worker import bounded_roundtrip
 
 CLOSE = "</tool_call>"

@@ -16,9 +16,7 @@ from conformance.util import exit_codes
 from tests.engine_helpers import load_cases
 from tests.fake_server import fake_server
 from tests.terminal import stderr_on_a_terminal
-from tests.test_verdict import (
-    CASES,  # passes, skips of three kinds, a refusal as expected
-)
+from tests.test_verdict import CASES  # passes, skips of three kinds, a refusal as expected
 
 
 @pytest.fixture(scope="module")

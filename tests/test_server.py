@@ -24,13 +24,7 @@ from conformance.servers.forcing import (
     token_ids_of_stream,
     verify_forced_output,
 )
-from conformance.servers.launch import (
-    ServerStartError,
-    descendant_pids,
-    launch,
-    pid_alive,
-    start,
-)
+from conformance.servers.launch import ServerStartError, descendant_pids, launch, pid_alive, start
 from conformance.servers.profiles import PROFILES, resolve_profile
 from conformance.servers.vllm import find_vllm_error, vllm_profile
 from conformance.util import exit_codes

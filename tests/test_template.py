@@ -10,10 +10,7 @@ import time
 import pytest
 
 from conformance.audit import template_worker
-from conformance.audit.template_rules import (
-    TemplateAnalysisTimeout,
-    analyze_template_unbounded,
-)
+from conformance.audit.template_rules import TemplateAnalysisTimeout, analyze_template_unbounded
 from conformance.audit.template_worker import analyze_template, predict_vllm_startup
 from tests.audit_helpers import QWEN3_STYLE, fixture_tokenizer_configs, gemma4_template
 

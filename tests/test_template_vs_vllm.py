@@ -22,12 +22,7 @@ from conformance.audit.checkpoint_audit import audit_local
 from conformance.audit.template_rules import analyze_template_unbounded
 from conformance.audit.template_worker import predict_vllm_startup
 from conformance.formats.tiny_checkpoint import VARIANTS, build_fixture
-from tests.audit_helpers import (
-    GENERATED_TEMPLATES,
-    QWEN3_STYLE,
-    fixture_tokenizer_configs,
-    mutation_corpus,
-)
+from tests.audit_helpers import GENERATED_TEMPLATES, QWEN3_STYLE, fixture_tokenizer_configs, mutation_corpus
 from tests.vllm_decides import vllm_decides, vllm_decides_for
 
 pytestmark = pytest.mark.vllm

@@ -25,11 +25,7 @@ from conformance.audit.template_rules import analyze_template_unbounded
 from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.servers.launch import Server
 from conformance.servers.profiles import PROFILES
-from tests.audit_helpers import (
-    GENERATED_TEMPLATES,
-    fixture_tokenizer_configs,
-    mutation_corpus,
-)
+from tests.audit_helpers import GENERATED_TEMPLATES, fixture_tokenizer_configs, mutation_corpus
 from tests.startup_attempts import StartupAttempts, assert_started_as_predicted
 from tests.vllm_decides import STARTUPS, DecisionWorker, as_verdicts, overlay_worker
 

@@ -17,12 +17,7 @@ from conformance.record.recording import read_transcripts
 from conformance.report.run import html
 from conformance.run.driver import Target
 from conformance.run.engine import recheck, run
-from conformance.servers.forcing import (
-    PROBE_TEXT,
-    ForcingUnsupported,
-    token_grammar_body,
-    token_grammar_text,
-)
+from conformance.servers.forcing import PROBE_TEXT, ForcingUnsupported, token_grammar_body, token_grammar_text
 from conformance.servers.forcing_methods import TokenGrammarForcing
 from conformance.servers.profiles import PROFILES
 from tests.engine_helpers import load_cases

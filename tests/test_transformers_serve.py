@@ -16,11 +16,7 @@ from conformance.run.driver import Target
 from conformance.run.engine import run
 from conformance.servers.launch import Server
 from conformance.servers.profiles import PROFILES
-from conformance.servers.sequence_bias import (
-    CheckpointTokenizer,
-    forced_ids,
-    verify_answer,
-)
+from conformance.servers.sequence_bias import CheckpointTokenizer, forced_ids, verify_answer
 from conformance.suite.cases import load_suite
 
 GET_WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather forecast for a city.",

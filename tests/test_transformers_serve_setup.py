@@ -19,11 +19,7 @@ from conformance.servers.launch import ServerStartError, start
 from conformance.servers.profile import CommandVersionProbe
 from conformance.servers.profiles import PROFILES
 from conformance.servers.runtimes import CurrentInterpreter, SetupError
-from conformance.servers.runtimes.transformers_serve import (
-    MARKER_FILE,
-    ManagedVirtualEnv,
-    ensure_venv,
-)
+from conformance.servers.runtimes.transformers_serve import MARKER_FILE, ManagedVirtualEnv, ensure_venv
 from conformance.servers.sequence_bias import (
     FIRST_CONTEXT_WIDTH,
     CheckpointTokenizer,

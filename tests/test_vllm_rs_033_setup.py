@@ -15,12 +15,7 @@ import pytest
 from conformance.servers.launch import ServerStartError, launch
 from conformance.servers.profiles import PROFILES
 from conformance.servers.runtimes import SetupError
-from conformance.servers.runtimes.vllm_033 import (
-    MARKER_FILE,
-    VllmRustOverlay,
-    overlay_path,
-    rust_frontend_binary,
-)
+from conformance.servers.runtimes.vllm_033 import MARKER_FILE, VllmRustOverlay, overlay_path, rust_frontend_binary
 from conformance.servers.runtimes.vllm_rs import BINARY_MEMBER
 from tests.test_vllm_033_setup import _wheel, local_index  # noqa: F401 (a fixture)
 

@@ -17,11 +17,7 @@ import pytest
 
 from conformance.cli import main
 from conformance.servers.runtimes import SetupError
-from conformance.servers.runtimes.vllm_rs import (
-    BINARY_MEMBER,
-    binary_path,
-    ensure_binary,
-)
+from conformance.servers.runtimes.vllm_rs import BINARY_MEMBER, binary_path, ensure_binary
 
 FAKE_BINARY = b"#!/bin/sh\necho fake vllm-rs\n"
 

@@ -16,12 +16,7 @@ from conformance.audit.checkpoint_list import CheckpointEntry, revision_warning
 from conformance.audit.predictors.predictor import Predictor
 from conformance.audit.predictors.registry import PREDICTOR_BY_KEY, PREDICTORS
 from conformance.audit.predictors.vllm_032 import CONFIGURATIONS, StartupVerdict
-from conformance.audit.template_rules import (
-    Finding,
-    TemplateAnalysis,
-    TemplateAnalysisTimeout,
-    TemplateTooExpensive,
-)
+from conformance.audit.template_rules import Finding, TemplateAnalysis, TemplateAnalysisTimeout, TemplateTooExpensive
 from conformance.audit.template_worker import analyze_template
 from conformance.formats import checkpoint_files
 

@@ -9,12 +9,7 @@ from importlib.metadata import PackageNotFoundError
 from typing import Any
 
 from conformance.clients import node_ai_sdk, py_langchain, py_litellm, py_openai
-from conformance.clients.compare import (
-    differences,
-    message_outcome,
-    refusal_outcome,
-    view,
-)
+from conformance.clients.compare import differences, message_outcome, refusal_outcome, view
 from conformance.clients.idioms import IDIOMS, run_idioms
 from conformance.clients.jobs import APIS, CLIENT_OF, ClientName, Job, Rebuilt
 from conformance.clients.record import ClientFinding, IdiomFinding

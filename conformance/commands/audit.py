@@ -109,11 +109,7 @@ def _offline_options(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from conformance.audit.checkpoint_audit import (
-        CHECKPOINT_FAULTS,
-        audit_checkpoints,
-        audit_local,
-    )
+    from conformance.audit.checkpoint_audit import CHECKPOINT_FAULTS, audit_checkpoints, audit_local
     from conformance.audit.checkpoint_list import CheckpointsError, revision_warning
     from conformance.audit.hub import HubSettings
     from conformance.audit.offline import check as check_offline

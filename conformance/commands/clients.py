@@ -80,13 +80,7 @@ class _Side:
 
 def run(args: argparse.Namespace) -> int:
     from conformance.clients.record import CLIENTS_FILE, make_header, write_findings
-    from conformance.clients.replay_run import (
-        CLIENTS,
-        client_versions,
-        replay,
-        replay_idioms,
-        runnable,
-    )
+    from conformance.clients.replay_run import CLIENTS, client_versions, replay, replay_idioms, runnable
     from conformance.record.recording import read_header, read_transcripts
     from conformance.record.transcript import TranscriptError
     from conformance.report.clients import markdown as clients_markdown

@@ -8,12 +8,7 @@ from pathlib import Path
 
 from conformance.commands import add_verb
 from conformance.util import exit_codes
-from conformance.util.output_dirs import (
-    OutputDirError,
-    cannot_write,
-    claimed_directory,
-    fresh_directory,
-)
+from conformance.util.output_dirs import OutputDirError, cannot_write, claimed_directory, fresh_directory
 
 DESCRIPTION = """\
 Put recorded runs of the same cases side by side, one column per server (say legacy, hf, hf-rust,

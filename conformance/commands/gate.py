@@ -10,29 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conformance.commands import (
-    add_out_arguments,
-    add_verb,
-    recorded_files,
-    timeout_problem,
-)
+from conformance.commands import add_out_arguments, add_verb, recorded_files, timeout_problem
 from conformance.formats.tiny_checkpoint import VARIANTS
-from conformance.run.driver import (
-    DEFAULT_CONCURRENCY,
-    DEFAULT_TIMEOUT,
-    FORCING_CHOICES,
-    FORCING_HELP,
-    forcing_fields,
-)
+from conformance.run.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
 from conformance.util import exit_codes
 from conformance.util.files import read_bounded, write_atomically
 from conformance.util.markdown_text import visible
-from conformance.util.output_dirs import (
-    OutputDirError,
-    cannot_write,
-    claimed_directory,
-    fresh_directory,
-)
+from conformance.util.output_dirs import OutputDirError, cannot_write, claimed_directory, fresh_directory
 
 GATE_DESCRIPTION = """\
 Run the same cases against a baseline and a candidate server and report every difference a client
@@ -311,12 +295,7 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
     interrupted)."""
     from conformance.compare.gate import build_gate
     from conformance.report.run.write import write_side_reports
-    from conformance.run.gate_sides import (
-        DEFAULT_ORIGIN,
-        GateSetupError,
-        run_gate_sides,
-        targets_for,
-    )
+    from conformance.run.gate_sides import DEFAULT_ORIGIN, GateSetupError, run_gate_sides, targets_for
 
     sides = _with_checkpoints(args, out_dir, sides)
     print(f"gate: {sides[0].profile} -> {sides[1].profile}, {len(cases)} cases; writing to {out_dir}", file=sys.stderr)

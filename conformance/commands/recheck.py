@@ -11,12 +11,7 @@ from pathlib import Path
 from conformance.commands import add_out_arguments, add_verb, recorded_files
 from conformance.record.outcomes import SKIP_KINDS
 from conformance.util import exit_codes
-from conformance.util.output_dirs import (
-    OutputDirError,
-    cannot_write,
-    claimed_directory,
-    fresh_directory,
-)
+from conformance.util.output_dirs import OutputDirError, cannot_write, claimed_directory, fresh_directory
 
 DESCRIPTION = """\
 Re-judge the transcripts of an earlier `conformance run` against the current case definitions and

@@ -12,12 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from conformance.commands import (
-    add_out_arguments,
-    add_verb,
-    recorded_files,
-    timeout_problem,
-)
+from conformance.commands import add_out_arguments, add_verb, recorded_files, timeout_problem
 from conformance.formats.tiny_checkpoint import VARIANTS
 from conformance.record.outcomes import SKIP_KINDS
 from conformance.run.driver import (
@@ -30,12 +25,7 @@ from conformance.run.driver import (
 )
 from conformance.util import exit_codes
 from conformance.util.markdown_text import visible
-from conformance.util.output_dirs import (
-    OutputDirError,
-    cannot_write,
-    claimed_directory,
-    fresh_directory,
-)
+from conformance.util.output_dirs import OutputDirError, cannot_write, claimed_directory, fresh_directory
 
 DESCRIPTION = """\
 Send every case (streaming and non-streaming unless a case says otherwise) to an OpenAI-compatible

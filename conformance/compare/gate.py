@@ -16,24 +16,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 from conformance import __version__
-from conformance.compare.diff import (
-    Difference,
-    Pair,
-    diff_pair,
-    pair_runs,
-    stream_shape,
-)
+from conformance.compare.diff import Difference, Pair, diff_pair, pair_runs, stream_shape
 from conformance.compare.expectations import Acknowledgement, acknowledge
 from conformance.compare.timing import timing_section
 from conformance.record.results import summarize
 from conformance.record.run_dir import Recording
 from conformance.record.transcript import Transcript
-from conformance.record.wire import (
-    error_object,
-    message_view,
-    read_stream,
-    response_message,
-)
+from conformance.record.wire import error_object, message_view, read_stream, response_message
 from conformance.servers.profiles import cors_advice_for
 from conformance.util import exit_codes
 

@@ -22,17 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.record.case_model import Case, Mode
-from conformance.record.outcomes import (
-    BLOCKING_KINDS,
-    ERROR,
-    FAIL,
-    FINDING,
-    PASS,
-    SCHEMA,
-    SKIP,
-    Check,
-    SkipKind,
-)
+from conformance.record.outcomes import BLOCKING_KINDS, ERROR, FAIL, FINDING, PASS, SCHEMA, SKIP, Check, SkipKind
 from conformance.record.recording import records
 from conformance.record.transcript import Transcript, TranscriptError
 from conformance.util import exit_codes

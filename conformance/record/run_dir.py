@@ -12,12 +12,7 @@ from typing import Any
 from conformance.record.recording import read_transcripts
 from conformance.record.results import RESULTS_FILE, CaseResult, Summary, read_results
 from conformance.record.stamp import stamp_of_recording
-from conformance.record.transcript import (
-    TRANSCRIPTS_FILE,
-    JsonLinesWriter,
-    Transcript,
-    TranscriptError,
-)
+from conformance.record.transcript import TRANSCRIPTS_FILE, JsonLinesWriter, Transcript, TranscriptError
 from conformance.util.files import read_bounded, write_atomically
 
 RUN_FILE = "run.json"

@@ -17,12 +17,7 @@ from typing import IO, Any
 
 from conformance.record.case_model import Mode
 from conformance.util.files import open_regular
-from conformance.util.json_codec import (
-    MAX_RECORD_DEPTH,
-    JsonTooDeep,
-    json_text,
-    parse_json,
-)
+from conformance.util.json_codec import MAX_RECORD_DEPTH, JsonTooDeep, json_text, parse_json
 
 TRANSCRIPTS_FILE = "transcripts.jsonl"
 MAX_RECORDING_BYTES = 1024**3  # a JSON-lines recording read back (transcripts, results, clients)

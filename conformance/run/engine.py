@@ -12,14 +12,7 @@ import asyncio
 import contextlib
 import functools
 import gc
-from collections.abc import (
-    Awaitable,
-    Callable,
-    Collection,
-    Iterable,
-    Iterator,
-    Sequence,
-)
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,42 +22,14 @@ from conformance.formats.markers import DEFAULT_MARKERS
 from conformance.record.case_model import MODES, Case, Mode
 from conformance.record.outcomes import Check, SkipKind
 from conformance.record.recording import make_header
-from conformance.record.results import (
-    RESULTS_FILE,
-    CaseResult,
-    Summary,
-    make_result,
-    summarize,
-)
+from conformance.record.results import RESULTS_FILE, CaseResult, Summary, make_result, summarize
 from conformance.record.stamp import make_stamp
-from conformance.record.transcript import (
-    TRANSCRIPTS_FILE,
-    JsonLinesWriter,
-    Transcript,
-    group_by_key,
-)
+from conformance.record.transcript import TRANSCRIPTS_FILE, JsonLinesWriter, Transcript, group_by_key
 from conformance.run.checks.shape import shape_failure, shape_problems
-from conformance.run.driver import (
-    DEFAULT_CONCURRENCY,
-    Target,
-    fetch_server_version,
-    make_clients,
-    request_body,
-    send,
-)
+from conformance.run.driver import DEFAULT_CONCURRENCY, Target, fetch_server_version, make_clients, request_body, send
 from conformance.run.judge import judge
-from conformance.servers.forcing import (
-    VERIFIED_ENDPOINTS,
-    ForcingUnsupported,
-    ServerRefused,
-    TokensUnavailable,
-)
-from conformance.servers.profiles import (
-    PROFILES,
-    expectation_for,
-    profile_record,
-    served_variant,
-)
+from conformance.servers.forcing import VERIFIED_ENDPOINTS, ForcingUnsupported, ServerRefused, TokensUnavailable
+from conformance.servers.profiles import PROFILES, expectation_for, profile_record, served_variant
 from conformance.util.progress import Progress
 
 

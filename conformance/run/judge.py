@@ -10,13 +10,7 @@ from conformance.formats.markers import DEFAULT_MARKERS
 from conformance.record.case_model import Case
 from conformance.record.outcomes import ERROR, EXPECTATION, FAIL, PASS, SKIP, Check
 from conformance.record.transcript import Transcript
-from conformance.record.wire import (
-    Message,
-    error_object,
-    error_text,
-    read_stream,
-    response_message,
-)
+from conformance.record.wire import Message, error_object, error_text, read_stream, response_message
 from conformance.run.checks.client_keys import client_key_checks
 from conformance.run.checks.contract import (
     NO_ROUTE_STATUSES,
@@ -44,11 +38,7 @@ from conformance.run.checks.findings import (
 )
 from conformance.run.checks.usage import check_expected_usage
 from conformance.servers.forcing import VERIFIED_ENDPOINTS
-from conformance.servers.profiles import (
-    expectation_chain,
-    expectation_for,
-    profile_record,
-)
+from conformance.servers.profiles import expectation_chain, expectation_for, profile_record
 from conformance.util.json_values import json_equal
 
 

@@ -36,17 +36,10 @@ from typing import Any
 
 from conformance.formats.registry import DEFAULT_FORMAT
 from conformance.record.case_model import Case
-from conformance.record.transcript import (
-    Transcript,
-)
+from conformance.record.transcript import Transcript
 from conformance.record.wire import read_stream, response_message
 from conformance.util.json_codec import parse_json
-from conformance.util.side_requests import (
-    KeptAliveJson,
-    http_error_text,
-    in_daemon_thread,
-    post_json,
-)
+from conformance.util.side_requests import KeptAliveJson, http_error_text, in_daemon_thread, post_json
 
 VERIFIED_ENDPOINTS = frozenset({"chat"})  # token ids are read from Chat Completions answers only
 PROBE_TEXT = DEFAULT_FORMAT.probe_text

@@ -5,21 +5,12 @@ from __future__ import annotations
 
 import re
 
-from conformance.servers.forcing_methods import (
-    ForcingMethod,
-    RegexForcing,
-    TokenGrammarForcing,
-)
+from conformance.servers.forcing_methods import ForcingMethod, RegexForcing, TokenGrammarForcing
 from conformance.servers.profile import Launch, Profile, VersionProbe
 from conformance.servers.runtimes import Runtime
 from conformance.servers.runtimes.vllm_033 import VllmRustOverlay
 from conformance.servers.runtimes.vllm_rs import VllmRustFrontend
-from conformance.servers.vllm import (
-    VLLM_COMMON_FLAGS,
-    VLLM_ENV,
-    find_vllm_error,
-    vllm_cors_advice,
-)
+from conformance.servers.vllm import VLLM_COMMON_FLAGS, VLLM_ENV, find_vllm_error, vllm_cors_advice
 
 VLLM_RS_COMMAND = ("{binary}", "serve", "{model}", "--host", "{host}", "--port", "{port}")
 # Everything after `--` goes to the managed Python engine.

@@ -18,12 +18,7 @@ class Progress:
         self.bar: Any = None
         if self.stream.isatty():
             from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                TextColumn,
-                TimeElapsedColumn,
-            )
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as Bar
 
             self.bar = Bar(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),

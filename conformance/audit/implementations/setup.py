@@ -15,13 +15,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from conformance.servers.runtimes import (
-    SetupError,
-    cache_root,
-    download_wheel,
-    exclusive,
-    pip,
-)
+from conformance.servers.runtimes import SetupError, cache_root, download_wheel, exclusive, pip
 
 COMPLETE = ".complete"
 OLD_HUB_RELEASES = frozenset({"5.16.1", "5.17.0"})  # they import huggingface_hub 1.x

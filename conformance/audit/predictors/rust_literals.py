@@ -11,11 +11,7 @@ A sequence is None (infinite) or a list of [bytes, exact] literals.
 
 from __future__ import annotations
 
-from conformance.audit.predictors.rust_regex import (
-    CLASS_LIMIT,
-    class_size,
-    normalise_ranges,
-)
+from conformance.audit.predictors.rust_regex import CLASS_LIMIT, class_size, normalise_ranges
 
 REPEAT_LIMIT, LITERAL_LIMIT, TOTAL_LIMIT = 10, 100, 250
 

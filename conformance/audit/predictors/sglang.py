@@ -37,9 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from conformance.audit.predictors.predictor import Predictor
-from conformance.audit.predictors.vllm_032_answers import (
-    streaming_template,  # the same derivation as vLLM 0.32's
-)
+from conformance.audit.predictors.vllm_032_answers import streaming_template  # the same derivation as vLLM 0.32's
 from conformance.formats.response_template import check_serving, load_template
 
 SGLangOutcome = Literal["starts", "refuses_to_start", "starts_but_refuses_tool_requests"]

@@ -12,10 +12,7 @@ from dataclasses import dataclass
 
 from conformance.audit.predictors.predictor import Predictor
 from conformance.audit.predictors.vllm_rs import rust_verdicts
-from conformance.formats.response_template import (
-    THINKING,
-    TOOL_CALLS,
-)
+from conformance.formats.response_template import THINKING, TOOL_CALLS
 
 # The three server configurations the audit predicts, keyed as in reports and `expect`.
 CONFIGURATIONS: dict[str, str] = {

@@ -54,18 +54,8 @@ from conformance.formats.checkpoint_files import read_tokenizer_config
 from conformance.record.case_model import Case, ExpectedError, Mode
 from conformance.record.outcomes import FAIL, Check
 from conformance.record.transcript import ServerStamp, Transcript
-from conformance.record.wire import (
-    Message,
-    ToolCall,
-    message_view,
-    read_stream,
-    response_message,
-)
-from conformance.run.checks.expectations import (
-    check_expected_error,
-    check_expected_message,
-    expected_view,
-)
+from conformance.record.wire import Message, ToolCall, message_view, read_stream, response_message
+from conformance.run.checks.expectations import check_expected_error, check_expected_message, expected_view
 from conformance.servers.profiles import expectation_for
 
 Endpoint = Literal["chat", "responses"]

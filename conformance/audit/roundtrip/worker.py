@@ -17,12 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from conformance.audit.roundtrip.roundtrip import (
-    RoundTripResult,
-    Subject,
-    render_turn,
-    run_roundtrip,
-)
+from conformance.audit.roundtrip.roundtrip import RoundTripResult, Subject, render_turn, run_roundtrip
 from conformance.util.package_paths import SOURCE_ROOT
 
 TIMEOUT_S = 300.0

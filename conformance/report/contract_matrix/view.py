@@ -7,14 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conformance.report.gate.view import (
-    KIND_TITLES,
-    Code,
-    Segments,
-    json_text,
-    plain,
-    unwrapped,
-)
+from conformance.report.gate.view import KIND_TITLES, Code, Segments, json_text, plain, unwrapped
 from conformance.report.stamp import stamp_lines
 
 CELL_CHARS = 240  # an answer summary in a cell

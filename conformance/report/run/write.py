@@ -7,14 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from conformance.record.results import (
-    CaseResult,
-    summarize,
-)
+from conformance.record.results import CaseResult, summarize
 from conformance.record.run_dir import RUN_FILE, Recording, write_run_summary
-from conformance.record.transcript import (
-    Transcript,
-)
+from conformance.record.transcript import Transcript
 from conformance.report.run import html, junit, markdown
 from conformance.util.files import write_atomically
 

@@ -9,13 +9,7 @@ from typing import Any
 from conformance.record.case_model import Case, Mode
 from conformance.record.outcomes import EXPECTATION, FAIL, PASS, SKIP, Check
 from conformance.record.transcript import Transcript
-from conformance.record.wire import (
-    Message,
-    StreamReading,
-    empty_text,
-    error_object,
-    message_view,
-)
+from conformance.record.wire import Message, StreamReading, empty_text, error_object, message_view
 from conformance.run.checks.contract import compare_views
 from conformance.run.checks.findings import observed_tool_call_streaming
 from conformance.servers.profiles import expectation_for

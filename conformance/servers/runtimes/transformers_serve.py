@@ -22,13 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.servers.runtimes import (
-    Resolved,
-    SetupError,
-    VirtualEnv,
-    cache_root,
-    exclusive,
-)
+from conformance.servers.runtimes import Resolved, SetupError, VirtualEnv, cache_root, exclusive
 
 INSTALL_TIMEOUT_SECONDS = 1800.0
 MARKER_FILE = "installed.json"

