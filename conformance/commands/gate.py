@@ -4,6 +4,7 @@ acknowledged or not, and a verdict for CI."""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -77,7 +78,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help=f"requests in flight per side (default: {DEFAULT_CONCURRENCY})")
     gate.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
                       help=f"seconds per request (default: {DEFAULT_TIMEOUT:g})")
-    gate.add_argument("--api-key", default="EMPTY", metavar="KEY", help="API key sent to both servers")
+    gate.add_argument("--api-key", metavar="KEY", help="API key sent to both servers (default: each side's "
+                      "--SIDE-api-key-env, else $OPENAI_API_KEY, else none)")
+    for side in ("baseline", "candidate"):
+        gate.add_argument(f"--{side}-api-key-env", metavar="NAME",
+                          help=f"environment variable holding the {side}'s API key (a key stays off the command line)")
     gate.add_argument("--forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP + " (per side)")
     gate.add_argument("--fixture-variant", choices=VARIANTS, metavar="NAME",
                       help="the tiny checkpoint's variant both sides serve (launched: built and served; URLs: as told; "
@@ -258,12 +263,19 @@ def run_gate(args: argparse.Namespace) -> int:
     sides = []
     for name in ("baseline", "candidate"):
         target, model, profile = (getattr(args, f"{name}{suffix}") for suffix in ("", "_model", "_profile"))
+        key_variable = getattr(args, f"{name}_api_key_env")
+        if key_variable and not os.environ.get(key_variable):
+            return _error("gate", f"--{name}-api-key-env: the environment variable {key_variable} is not set")
+        # the side's own variable, else --api-key, else $OPENAI_API_KEY (as the openai client reads it), else none
+        api_key = (os.environ.get(key_variable) if key_variable else None) or args.api_key or os.environ.get(
+            "OPENAI_API_KEY") or "EMPTY"
         if "://" in target:
             if not (model and profile):
                 return _error("gate", f"--{name} URL needs --{name}-model and --{name}-profile")
-            sides.append(GateSide(name, profile, base_url=target, model=model, fixture_variant=args.fixture_variant))
+            sides.append(GateSide(name, profile, base_url=target, model=model, fixture_variant=args.fixture_variant,
+                                  api_key=api_key))
         elif target in launchable_profiles():
-            sides.append(GateSide(name, target, fixture_variant=args.fixture_variant))
+            sides.append(GateSide(name, target, fixture_variant=args.fixture_variant, api_key=api_key))
         else:
             return _error("gate", f"--{name}: {target!r} is neither a URL nor a profile "
                           f"({', '.join(launchable_profiles())})")
@@ -308,7 +320,7 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
 
     signal.signal(signal.SIGTERM, interrupt_on_sigterm)  # unwind as on Ctrl-C: launched servers are stopped
     try:
-        with targets_for(sides, out_dir, api_key=args.api_key, timeout=args.timeout,
+        with targets_for(sides, out_dir, api_key="EMPTY", timeout=args.timeout,
                          forcing=forcing_fields(args.forcing), meanwhile=_import_reports) as (runs, release):
             recordings, cors = run_gate_sides(runs, cases, out_dir, concurrency=args.concurrency,
                                               origin=args.origin or DEFAULT_ORIGIN)

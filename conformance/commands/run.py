@@ -51,8 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = add_verb(
         subparsers, "run", "run the case set against a live server and write transcripts and reports", DESCRIPTION
     )
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--base-url", metavar="URL", help="server to attach to, ending in /v1 (needs --model and --profile)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--base-url", metavar="URL", help="server to attach to, ending in /v1 (needs --model and --profile; "
+                       "default: $OPENAI_BASE_URL when --launch is not given either)")
     where.add_argument("--launch", metavar="PROFILE", help="build the tiny checkpoint and start real vLLM with PROFILE")
     parser.add_argument("--model", metavar="NAME", help="model name the server serves (with --base-url)")
     parser.add_argument("--profile", metavar="NAME", help="profile whose expectations apply (default: the --launch profile)")
@@ -97,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
     from conformance.run.engine import known_profiles, select_cases
     from conformance.suite.cases import CaseFileError, load_features, load_suite
 
+    if not (args.base_url or args.launch):
+        args.base_url = os.environ.get("OPENAI_BASE_URL")  # as the openai client reads it
+        if not args.base_url:
+            return _usage_error("one of the arguments --base-url --launch is required (or set OPENAI_BASE_URL)")
     if args.base_url and not (args.model and args.profile):
         return _usage_error("--base-url needs --model and --profile")
     if problem := timeout_problem(args.timeout):

@@ -14,7 +14,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ class GateSide:
     checkpoint: Path | str | None = None  # what a launched side serves: a directory or a Hub repo id
     checkpoint_revision: str | None = None  # stamped on a launched side's run
     fixture_variant: str | None = None  # the tiny checkpoint's variant it serves (None: its profile record's)
+    api_key: str | None = field(default=None, repr=False)  # this side's own key (None: the gate's)
 
 
 @dataclass
@@ -96,7 +97,7 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
         runs = []
         for side in sides:
             server = servers.get(side.name)
-            options = {"api_key": api_key, "timeout": timeout, **forcing, "fixture_variant": side.fixture_variant}
+            options = {"api_key": side.api_key or api_key, "timeout": timeout, **forcing, "fixture_variant": side.fixture_variant}
             target = (target_of(server, side.profile, checkpoint_revision=side.checkpoint_revision, **options)
                       if server else Target(side.base_url, side.model, side.profile, **options))
             local = server is not None and side.checkpoint is not None and Path(side.checkpoint).is_dir()  # else a repo id
