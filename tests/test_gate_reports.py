@@ -586,11 +586,12 @@ def test_annotations_command_reads_gate_json_and_refuses_a_broken_one(tmp_path):
 # ---- all of them, and the workflow --------------------------------------------------------------
 
 
-def test_write_gate_reports_writes_the_four_views(tmp_path):
+def test_write_gate_reports_writes_the_five_views(tmp_path):
     gate = full_gate()
     paths = write_gate_reports(tmp_path / "out", gate)
-    assert {p.name for p in paths.values()} == {"report.md", "report.html", "timing.png", "junit.xml"}
+    assert {p.name for p in paths.values()} == {"report.md", "summary.md", "report.html", "timing.png", "junit.xml"}
     assert paths["markdown"].read_text() == gate_markdown.render(gate)
+    assert paths["summary"].read_text() == gate_markdown.render_summary(gate)
     assert paths["junit"].read_text() == gate_junit.render(gate)
     assert paths["html"].read_text() == gate_html.render(gate, paths["chart"].read_bytes())
 
@@ -620,7 +621,7 @@ def test_workflow_report_steps_fill_the_summary_and_annotate(tmp_path):
         if "run" in step:
             done = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
             outputs[step["name"]] = done
-    assert summary.read_text() == (out / "report.md").read_text()
+    assert summary.read_text() == (out / "summary.md").read_text()  # the job summary, not the whole report
     annotations = next(done for name, done in outputs.items() if "nnotation" in name)
     assert annotations.stdout.splitlines() == gate_annotations.annotations(gate)
     verdict = next(done for name, done in outputs.items() if "erdict" in name)

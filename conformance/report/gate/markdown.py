@@ -212,3 +212,24 @@ def render(gate: Mapping[str, Any]) -> str:
         document = document.encode()[: MAX_BYTES - 200].decode("utf-8", "ignore").rsplit("\n", 1)[0]
         document += "\n\n_Report truncated at GitHub's size limit; see report.html or gate.json._\n"
     return document
+
+
+MAX_SUMMARY_ROWS = 50  # unacknowledged differences listed in the step summary; the rest are counted
+
+
+def render_summary(gate: Mapping[str, Any]) -> str:
+    """The job summary of a CI step (`summary.md`, for $GITHUB_STEP_SUMMARY): the verdict, the servers, what
+    clients must change and every unacknowledged difference; acknowledged detail stays in report.md,
+    report.html and gate.json (a passing gate's whole report ran to thousands of lines there)."""
+    labels = view.labels(gate)
+    groups = view.difference_groups(gate)
+    open_groups = [group for group in groups if not group.acknowledged]
+    lines = _head(gate, labels) + _to_do(groups, labels) + ["", f"## Unacknowledged differences ({len(open_groups)})", ""]
+    if not open_groups:
+        lines.append("None: every difference is acknowledged by the expectations file.")
+    for group in open_groups[:MAX_SUMMARY_ROWS]:
+        lines.append(f"- {code(group.case_id)} {text(group.mode)}, {text(group.title)}: {text(group.summary)}")
+    if len(open_groups) > MAX_SUMMARY_ROWS:
+        lines.append(f"- and {len(open_groups) - MAX_SUMMARY_ROWS} more: see `report.md`")
+    lines += ["", "Every difference, acknowledged or not, with its evidence: `report.md`, `report.html` and `gate.json`."]
+    return "\n".join(lines) + "\n"
