@@ -341,16 +341,12 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
 def _recorded_so_far(out_dir: Path, side: Any) -> Any:
     """What an interrupted gate's side recorded (answers and results are written as they come), its stamp
     saying it was interrupted; an empty recording when it recorded nothing."""
-    from conformance.record.recording import read_transcripts
-    from conformance.record.results import RESULTS_FILE, read_results
-    from conformance.record.run_dir import Recording
+    from conformance.record.run_dir import Recording, recorded_so_far
     from conformance.record.stamp import make_stamp, stamp_of_recording
-    from conformance.record.transcript import TRANSCRIPTS_FILE, TranscriptError
+    from conformance.record.transcript import TranscriptError
 
-    run_dir = out_dir / side.name
     try:
-        transcripts = read_transcripts(run_dir / TRANSCRIPTS_FILE) if (run_dir / TRANSCRIPTS_FILE).is_file() else []
-        results = read_results(run_dir / RESULTS_FILE) if (run_dir / RESULTS_FILE).is_file() else []
+        transcripts, results = recorded_so_far(out_dir / side.name)
     except TranscriptError as exc:
         print(visible(f"gate: {exc}"), file=sys.stderr)
         transcripts, results = [], []

@@ -189,15 +189,11 @@ def problem_lines(results: list[Any], width: int = 160) -> list[str]:
 def _report_interrupted_run(out_dir: Path, expected: int, target: Any) -> int:
     """Reports from what an interrupted run had already written (results are flushed as judged); interrupted
     before any answer was recorded, the reports say that nothing was judged."""
-    from conformance.record.recording import read_transcripts
-    from conformance.record.results import RESULTS_FILE, read_results
+    from conformance.record.run_dir import recorded_so_far
     from conformance.record.stamp import make_stamp, stamp_of_recording
-    from conformance.record.transcript import TRANSCRIPTS_FILE
     from conformance.report.run.write import write_reports
 
-    recorded = (out_dir / TRANSCRIPTS_FILE).is_file()
-    transcripts = read_transcripts(out_dir / TRANSCRIPTS_FILE) if recorded else []
-    results = read_results(out_dir / RESULTS_FILE) if (out_dir / RESULTS_FILE).is_file() else []
+    transcripts, results = recorded_so_far(out_dir)
     completion = f"interrupted after {len(results)} of {expected} results"
     if not transcripts:
         completion = f"interrupted before any answer was recorded: nothing was judged (0 of {expected} results)"

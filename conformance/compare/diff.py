@@ -113,7 +113,7 @@ def diff_pair(pair: Pair) -> list[Difference]:
 
     found = list(_outcome_differences(pair, make))
     base, cand = pair.transcripts.get("baseline"), pair.transcripts.get("candidate")
-    if base is None or cand is None or not (_answered(base) and _answered(cand)):
+    if base is None or cand is None or not (base.answered and cand.answered):
         return found  # nothing to compare field by field: the outcome difference (if any) says why
     if base.endpoint == "preflight":
         return found + list(_preflight_differences(base, cand, make))
@@ -133,12 +133,6 @@ def diff_pair(pair: Pair) -> list[Difference]:
 
 
 # --- what each side answered --------------------------------------------------------------------
-
-
-def _answered(transcript: Transcript) -> bool:
-    """An HTTP answer below 500 arrived, with no transport error and nothing skipped."""
-    return (transcript.skip_reason is None and transcript.transport_error is None and transcript.status is not None
-            and transcript.status < 500)
 
 
 def _refusal(transcript: Transcript) -> dict[str, Any] | None:

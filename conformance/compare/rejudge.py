@@ -49,9 +49,7 @@ def judged_again(recording: Recording, cases: Sequence[Case], markers: Sequence[
 
 def contradiction(result: CaseResult, transcript: Transcript) -> str | None:
     """Why a recorded result cannot stand for its transcript (None: the answer bears it out)."""
-    answered = transcript.transport_error is None and transcript.skip_reason is None and (
-        transcript.status is not None and transcript.status < 500)
-    if result.outcome == "pass" and not answered:
+    if result.outcome == "pass" and not transcript.answered:
         return (f"recorded pass, but the answer was "
                 f"{transcript.transport_error or transcript.skip_reason or f'HTTP {transcript.status}'}")
     if result.outcome == "skip" and transcript.skip_reason is None:

@@ -59,3 +59,11 @@ def read_run_dir(run_dir: Path, label: str | None = None) -> Recording:
     if not isinstance(stamp, dict):  # the transcripts' own stamp
         stamp = stamp_of_recording(transcripts)
     return Recording(label or str(stamp.get("profile") or run_dir.name), transcripts, results, stamp, str(run_dir))
+
+
+def recorded_so_far(run_dir: Path) -> tuple[list[Transcript], list[CaseResult]]:
+    """The answers and results an interrupted run had written (both are written as they come); empty
+    lists for a file it never began."""
+    transcripts = read_transcripts(run_dir / TRANSCRIPTS_FILE) if (run_dir / TRANSCRIPTS_FILE).is_file() else []
+    results = read_results(run_dir / RESULTS_FILE) if (run_dir / RESULTS_FILE).is_file() else []
+    return transcripts, results

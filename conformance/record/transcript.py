@@ -73,6 +73,12 @@ class Transcript:
     forcing_problems: list[str] | None = None
 
     @property
+    def answered(self) -> bool:
+        """An HTTP answer below 500 arrived, with no transport error and nothing skipped."""
+        return (self.skip_reason is None and self.transport_error is None and self.status is not None
+                and self.status < 500)
+
+    @property
     def key(self) -> tuple[str, str, int]:
         """Identifies the (case, profile, repeat) group whose modes are judged together."""
         return (self.case_id, self.profile, self.repeat)
