@@ -537,7 +537,7 @@ def test_shipped_suite_size_and_feature_coverage(shipped: list) -> None:
 
 def test_shipped_cases_expect_every_known_profile(shipped: list) -> None:
     for case in shipped:
-        assert set(case.expect) == set(PROFILES), case.id
+        assert set(case.expect) == set(PROFILES) or case.turn is not None, case.id
         assert case.references, f"{case.id} points at no contract section"
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from transformers.utils.chat_parsing import parse_response
 
-from conformance.audit.roundtrip.roundtrip import USER_MESSAGE, Subject, render
 from conformance.cli import main
 from conformance.formats.format import Format
 from conformance.formats.format_files import SHIPPED_FORMATS_DIR, FormatFileError, load_format
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.formats.response_template import check_serving, load_template
 from conformance.formats.tiny_checkpoint import build_fixture
+from conformance.formats.turn_text import USER_MESSAGE, Subject, render
 
 TOOLS = [{"type": "function", "function": {"name": name, "description": f"the {name} tool", "parameters": {
     "type": "object", "properties": {key: {"type": "string"} for key in keys}}}}

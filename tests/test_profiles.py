@@ -172,7 +172,7 @@ class FieldForcing:
     async def request_fields(self, raw_text, request, tokenizer):
         return {"force_text": raw_text}
 
-    async def probe(self, root_url, model, timeout, api_key):
+    async def probe(self, root_url, model, timeout, api_key, text, markers):
         self.probes.append(root_url)
 
     def tokenizer(self, root_url, model, api_key, timeout):

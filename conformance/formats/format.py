@@ -51,6 +51,14 @@ class Format:
         return self.stop_tokens or (self.eos_token, self.pad_token)
 
     @property
+    def marker_tokens(self) -> tuple[str, ...]:
+        """The tokens its turns are written with: its delimiter tokens and the special tokens its sample
+        and probe texts use. Each is one token of its checkpoint, so a forced text must bring each one
+        back as that token (special tokens a case writes elsewhere, say in content, are not asked to)."""
+        written = (self.sample_raw or "") + self.probe_text
+        return tuple(dict.fromkeys([*self.delimiter_tokens, *(t for t in self.special_tokens if t in written)]))
+
+    @property
     def variant_names(self) -> tuple[str, ...]:
         return tuple(variant.name for variant in self.variants)
 

@@ -83,6 +83,9 @@ class Expectation:
     stream_finish_reason: str | None = None
     preflight: ExpectedPreflight | None = None
     skip: str | None = None
+    # The reference outcome of a format-independent case (the format's own parse of its rendered turn):
+    # the profile's documented rules (`conformance.record.server_rules`) say which differences pass.
+    by_reference: bool = False
 
     def for_mode(self, mode: Mode) -> Expectation:
         """The expectation in `mode`, with the stream overrides applied for "stream"."""
@@ -117,6 +120,13 @@ class Case:
     line: int  # line of the case in its file, from 1
     # The tiny checkpoint's variant (conformance.formats.tiny_checkpoint.VARIANTS) the case needs; None: the profile record's.
     fixture_variant: str | None = None
+    # The response format `force` is written in (conformance.formats.registry; None: the default format's).
+    format: str | None = None
+    # A format-independent case: the assistant turn the model writes, rendered per format into `force`
+    # (conformance.suite.format_cases), whose parse is `reference`, what every profile without an
+    # expectation of its own is judged against.
+    turn: ExpectedMessage | None = None
+    reference: Expectation | None = None
 
     def tool_parameters(self) -> dict[str, dict[str, Any]]:
         """Each request tool's JSON Schema for its arguments, by function name (chat or responses shape)."""
@@ -142,12 +152,14 @@ def build_case(raw: dict[str, Any], index: int, tools: Mapping[str, Any], source
         endpoint=endpoint,
         request=request,
         force=raw.get("force"),
-        expect={profile: build_expectation(e) for profile, e in raw["expect"].items()},
+        expect={profile: build_expectation(e) for profile, e in raw.get("expect", {}).items()},
         natural=Natural(**raw["natural"]) if "natural" in raw else None,
         source=source,
         index=index,
         line=line,
         fixture_variant=raw.get("fixture_variant"),
+        format=raw.get("format"),
+        turn=_build_message(raw["turn"]) if "turn" in raw else None,
     )
 
 

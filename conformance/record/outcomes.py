@@ -22,6 +22,7 @@ SkipKind = Literal[
     "no_expectation",  # the case has no expectation for this profile
     "model_miss",  # natural mode: the model did not call the tool the prompt asks for
     "other_fixture_variant",  # the case needs another variant of the tiny checkpoint than the run serves
+    "other_format",  # the case's forced text is written in another response format than the run serves
 ]
 SKIP_KINDS: tuple[str, ...] = get_args(SkipKind)
 

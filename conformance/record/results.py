@@ -86,7 +86,7 @@ def outcome_of(checks: Sequence[Check]) -> tuple[str, str, SkipKind | None]:
 
 # Skips never counted against a verdict: the case declares it, or it needs another checkpoint variant
 # than the run serves (the run's own choice; cases/README.md, "Fixture variant").
-ALWAYS_ALLOWED_SKIPS = frozenset({"declared", "other_fixture_variant"})
+ALWAYS_ALLOWED_SKIPS = frozenset({"declared", "other_fixture_variant", "other_format"})
 
 
 def make_result(case: Case, transcript: Transcript, checks: list[Check],

@@ -34,6 +34,7 @@ class ServerStamp:
     args: tuple[str, ...] = ()
     checkpoint_revision: str | None = None
     build: str | None = None  # how a launched server was assembled, when no one ships it (Server.build_note)
+    format: str | None = None  # the response format its checkpoint writes (None: recorded before formats)
 
 
 @dataclass(frozen=True)

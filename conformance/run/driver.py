@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from conformance.formats.registry import DEFAULT_FORMAT
 from conformance.record.case_model import Case, Mode
 from conformance.record.outcomes import SkipKind
 from conformance.record.transcript import ServerStamp, SseLine, Transcript
@@ -59,6 +60,7 @@ class Target:
     build: str | None = None  # the launched record's build note (a combination no one ships), for the stamp
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES  # a longer SSE line (or non-streaming body) is an `error`
     fixture_variant: str | None = None  # the tiny checkpoint's variant it serves; None: its profile record's
+    format: str = DEFAULT_FORMAT.name  # the response format its checkpoint writes (conformance.formats.registry)
 
     @property
     def root_url(self) -> str:
@@ -88,7 +90,7 @@ class Target:
 
     def stamp(self) -> ServerStamp:
         return ServerStamp(self.shown_url, self.model, self.profile, self.version, self.args, self.checkpoint_revision,
-                           self.build)
+                           self.build, self.format)
 
 
 def target_of(server: Server, profile: str | None = None, **options: Any) -> Target:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from conformance.formats.markers import DEFAULT_MARKERS
+from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.record.case_model import MODES, Case, Mode
 from conformance.record.outcomes import Check, SkipKind
 from conformance.record.recording import make_header
@@ -71,6 +72,16 @@ def other_variant(case: Case, target: Target) -> NotSent | None:
     if needed == served:
         return None
     return NotSent("other_fixture_variant", f"needs the tiny checkpoint's {needed!r} variant; this run serves {served!r}")
+
+
+def other_format(case: Case, target: Target) -> NotSent | None:
+    """The skip of a case whose forced text is written in another response format than the target's
+    checkpoint writes (None: it runs). A case naming no format is written in the default one."""
+    written_in = case.format or DEFAULT_FORMAT.name
+    if case.force is None or written_in == target.format:
+        return None
+    return NotSent("other_format", f"its forced text is written in the {written_in} format; this run serves "
+                                   f"{target.format}")
 
 
 def select_cases(cases: Iterable[Case], ids: Sequence[str] = (), features: Sequence[str] = ()) -> list[Case]:
@@ -127,7 +138,7 @@ async def _forcing_for(case: Case, target: Target, natural: bool,
     expectation = expectation_for(case, target.profile)
     if expectation is not None and expectation.skip is not None:
         return None, NotSent("declared", f"declared: {expectation.skip}")
-    if (elsewhere := other_variant(case, target)) is not None:
+    if (elsewhere := other_variant(case, target) or other_format(case, target)) is not None:
         return None, elsewhere
     if natural or case.force is None:  # natural mode, or an unforced case (cases/README.md)
         return None, None
@@ -161,7 +172,9 @@ async def resolve_forcing(target: Target, cases: Sequence[Case], natural: bool) 
     method = profile_record(target.profile).forcing
     try:  # the probe and its verification, within --timeout
         async with asyncio.timeout(target.timeout):
-            await method.probe(target.root_url, target.model, target.timeout, target.api_key)
+            served = FORMATS[target.format]
+            await method.probe(target.root_url, target.model, target.timeout, target.api_key,
+                               text=served.probe_text, markers=served.marker_tokens)
     except ForcingUnsupported as exc:
         return replace(target, can_force=False, cannot_force_reason=target.redact(str(exc)))
     except (ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError) as exc:
@@ -267,7 +280,7 @@ async def run_async(
                 if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
                     # tokenizer(): a server's is made here, without I/O; a checkpoint's by request_fields, in a thread
                     transcript.forcing_problems = await _verify_within(
-                        target.timeout, method.verify(tokenizer(), case, transcript, markers))
+                        target.timeout, method.verify(tokenizer(), case, transcript, FORMATS[target.format].marker_tokens))
             transcripts.append(transcript)
             if writers:
                 writers[0].write(transcript.to_dict())

@@ -118,7 +118,8 @@ def judge(
         checks.append(Check("expectation", SKIP, EXPECTATION, reason=_no_expectation(transcript.profile),
                             skip_kind="no_expectation"))
     elif expected_error is None and expected is not None:
-        checks.append(check_expected_message(message, expected))
+        rules = profile_record(transcript.profile).rules if expectation.by_reference else ()
+        checks.append(check_expected_message(message, expected, rules))
         wanted_streaming = expectation.tool_call_streaming
         if reading is not None and wanted_streaming:
             checks.append(check_expected_streaming(reading, wanted_streaming))
@@ -196,4 +197,5 @@ def _compare_with_companion(case: Case, stream: Transcript, message: Message, co
         return Check("stream_equals_non_stream", SKIP, reason="the non-streaming response has no message")
     expectation = expectation_for(case, stream.profile)
     skip = set(expectation.stream_overrides) if expectation is not None else set()  # keys a stream may differ in
-    return check_stream_equals_non_stream(message, whole, skip)
+    rules = profile_record(stream.profile).rules if expectation is not None and expectation.by_reference else ()
+    return check_stream_equals_non_stream(message, whole, skip, rules)

@@ -43,6 +43,7 @@ from conformance.util.side_requests import KeptAliveJson, http_error_text, in_da
 
 VERIFIED_ENDPOINTS = frozenset({"chat"})  # token ids are read from Chat Completions answers only
 PROBE_TEXT = DEFAULT_FORMAT.probe_text
+PROBE_MARKERS = DEFAULT_FORMAT.marker_tokens
 _REGEX_SPECIAL = set("\\.^$|?*+()[]{}-")
 _REGEX_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\f": "\\f", "\v": "\\v"}
 
@@ -231,7 +232,7 @@ async def verify_forced_output(
     tokenizer: ServerTokenizer,
     raw_text: str,
     token_ids: Sequence[int] | None,
-    markers: Sequence[str] = DEFAULT_FORMAT.delimiter_tokens,
+    markers: Sequence[str] = PROBE_MARKERS,
     truncated: bool = False,
 ) -> list[str]:
     """Problems with a forced output (empty list: the text is exact and canonically tokenized).
@@ -290,7 +291,8 @@ async def regex_fields(text: str, tokenizer: ServerTokenizer) -> dict:
 
 
 async def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key: str | None = None,
-                        fields: Callable[[str, ServerTokenizer], Awaitable[dict]] = regex_fields) -> None:
+                        fields: Callable[[str, ServerTokenizer], Awaitable[dict]] = regex_fields,
+                        text: str = PROBE_TEXT, markers: Sequence[str] = PROBE_MARKERS) -> None:
     """Send one small forced request (its forcing `fields` for the probe text, made with the server's
     tokenizer where needed; default: the regex); raise ForcingUnsupported with the reason if the
     server cannot force, ServerRefused (an HTTP error about the setup) or OSError/ValueError if it
@@ -301,10 +303,10 @@ async def probe_forcing(root_url: str, model: str, timeout: float = 120, api_key
             "messages": [{"role": "user", "content": "Say ok."}],
             "max_tokens": 64,
             "temperature": 0,
-            **await fields(PROBE_TEXT, tokenizer),
+            **await fields(text, tokenizer),
         }
         response = await in_daemon_thread(timeout, send_forced_probe, root_url, body, timeout, api_key)
-        problems = await verify_forced_output(tokenizer, PROBE_TEXT, token_ids_of(response))
+        problems = await verify_forced_output(tokenizer, text, token_ids_of(response), markers)
     if problems:
         raise ForcingUnsupported(
             "the server did not honour a forced output (a vLLM server with a reasoning parser needs "

@@ -10,6 +10,8 @@ from typing import Any, Protocol
 
 from conformance.record.case_model import Case
 from conformance.servers.forcing import (
+    PROBE_MARKERS,
+    PROBE_TEXT,
     ForcingUnsupported,
     ServerTokenizer,
     forced_text,
@@ -40,7 +42,8 @@ class ForcingMethod(Protocol):
     names token ids); it raises ForcingUnsupported or ValueError for a text it cannot force, and
     `conformance.servers.forcing.TokensUnavailable` when the tokenizer cannot tell. `request_keys` are the
     body fields it sets (a recording is compared with today's case on the others, and on `forced_text`).
-    `probe` sends one small forced request (raises ForcingUnsupported when the server cannot force,
+    `probe` sends one small forced request for `text` (a format's probe text; `markers`, its tokens
+    that must come back as themselves; default: the default format's) (raises ForcingUnsupported when the server cannot force,
     `conformance.servers.forcing.ServerRefused`/OSError/ValueError when it cannot tell). `tokenizer` is the
     tokenizer of the run (vLLM: the server's own, `ServerTokenizer`) that `verify` checks a forced
     answer with: its problems (empty: exact), None when it cannot be verified.
@@ -55,7 +58,8 @@ class ForcingMethod(Protocol):
     async def request_fields(self, raw_text: str, request: Mapping[str, Any],
                              tokenizer: Callable[[], Any]) -> dict[str, Any]: ...
 
-    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None: ...
+    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None,
+                    text: str = PROBE_TEXT, markers: Sequence[str] = PROBE_MARKERS) -> None: ...
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> Any: ...
 
@@ -75,8 +79,9 @@ class RegexForcing:
                              tokenizer: Callable[[], Any]) -> dict[str, Any]:
         return forcing_extra_body(raw_text)  # the text escaped: no tokenizer asked
 
-    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
-        await probe_forcing(root_url, model, timeout, api_key)
+    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None,
+                    text: str = PROBE_TEXT, markers: Sequence[str] = PROBE_MARKERS) -> None:
+        await probe_forcing(root_url, model, timeout, api_key, text=text, markers=markers)
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
         return ServerTokenizer(root_url, model, api_key, timeout)
@@ -102,11 +107,12 @@ class TokenGrammarForcing:
                              tokenizer: Callable[[], Any]) -> dict[str, Any]:
         return token_grammar_body(raw_text, await server_tokens(tokenizer(), raw_text))  # the server's /tokenize
 
-    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
+    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None,
+                    text: str = PROBE_TEXT, markers: Sequence[str] = PROBE_MARKERS) -> None:
         async def grammar_fields(text: str, tokenizer: ServerTokenizer) -> dict:
             return token_grammar_body(text, await tokenizer.tokenize(text))
 
-        await probe_forcing(root_url, model, timeout, api_key, fields=grammar_fields)
+        await probe_forcing(root_url, model, timeout, api_key, fields=grammar_fields, text=text, markers=markers)
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
         return ServerTokenizer(root_url, model, api_key, timeout)
@@ -130,7 +136,8 @@ class NoForcing:
                              tokenizer: Callable[[], Any]) -> dict[str, Any]:
         raise ForcingUnsupported(self.reason)
 
-    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
+    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None,
+                    text: str = PROBE_TEXT, markers: Sequence[str] = PROBE_MARKERS) -> None:
         raise ForcingUnsupported(self.reason)
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> ServerTokenizer:
@@ -156,8 +163,9 @@ class SequenceBiasForcing:
         # the checkpoint's tokenizer, loaded at first use: in a thread (the engine bounds the wait)
         return await in_daemon_thread(None, lambda: generation_config_field(tokenizer(), raw_text, request))
 
-    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None) -> None:
-        await in_daemon_thread(None, probe_sequence_bias, root_url, model, timeout, api_key)
+    async def probe(self, root_url: str, model: str, timeout: float, api_key: str | None,
+                    text: str = PROBE_TEXT, markers: Sequence[str] = PROBE_MARKERS) -> None:
+        await in_daemon_thread(None, probe_sequence_bias, root_url, model, timeout, api_key, text)
 
     def tokenizer(self, root_url: str, model: str, api_key: str | None, timeout: float) -> Any:
         return CheckpointTokenizer(model)

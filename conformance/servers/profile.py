@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.record.server_rules import ServerRule
 from conformance.servers.forcing_methods import ForcingMethod
 from conformance.servers.runtimes import CurrentInterpreter, Runtime, SetupError
 
@@ -103,6 +104,9 @@ class Profile:
     # The release the launched server must report (its version probe's answer, a `+local` part
     # aside): another one fails the start. None: whatever it reports.
     expected_version: str | None = None
+    # Its documented departures from a format's own meaning: the differences from a format-independent
+    # case's reference outcome that pass (conformance.record.server_rules).
+    rules: tuple[ServerRule, ...] = ()
 
     @property
     def build_note(self) -> str | None:

@@ -204,12 +204,13 @@ def verify_transcript(tokenizer: CheckpointTokenizer, raw_text: str, transcript:
     return verify_answer(tokenizer, raw_text, transcript.request, usage)
 
 
-def probe_sequence_bias(root_url: str, model: str, timeout: float = 120, api_key: str | None = None) -> None:
+def probe_sequence_bias(root_url: str, model: str, timeout: float = 120, api_key: str | None = None,
+                        text: str = PROBE_TEXT) -> None:
     """One small forced request: ForcingUnsupported when the server refuses it (400/422) or does not
     generate the forced tokens, ServerRefused (an HTTP error about the setup) or OSError/ValueError
     when it cannot tell."""
     tokenizer = CheckpointTokenizer(model)
-    body = {"model": model, **PROBE_REQUEST, **generation_config_field(tokenizer, PROBE_TEXT, PROBE_REQUEST)}
+    body = {"model": model, **PROBE_REQUEST, **generation_config_field(tokenizer, text, PROBE_REQUEST)}
     response = send_forced_probe(root_url, body, timeout, api_key)
-    if problems := verify_answer(tokenizer, PROBE_TEXT, body, response.get("usage")):
+    if problems := verify_answer(tokenizer, text, body, response.get("usage")):
         raise ForcingUnsupported("the server did not generate the forced tokens: " + "; ".join(problems))

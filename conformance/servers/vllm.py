@@ -9,6 +9,7 @@ import re
 from types import MappingProxyType
 
 from conformance.formats.registry import DEFAULT_FORMAT
+from conformance.record.server_rules import KEEPS_REGION_WHITESPACE, SEPARATOR_WHITESPACE_AS_CONTENT
 from conformance.servers.forcing_methods import RegexForcing
 from conformance.servers.profile import Launch, Profile, VersionProbe
 from conformance.servers.runtimes import CurrentInterpreter, Runtime
@@ -33,6 +34,9 @@ def vllm_cors_advice(server: str) -> str:
             "or serve the app and the API from one origin behind a proxy.")
 
 
+# Both parsers of both frontends cut text at delimiters only: whitespace stays where the model wrote it.
+VLLM_RULES = (KEEPS_REGION_WHITESPACE, SEPARATOR_WHITESPACE_AS_CONTENT)
+
 # GiB of KV cache on CPU builds, where the default would take a large share of the machine's memory.
 VLLM_ENV = MappingProxyType({"VLLM_CPU_KVCACHE_SPACE": "1"})
 
@@ -47,7 +51,7 @@ def vllm_profile(name: str, flags: tuple[str, ...], description: str,
                       log_prefix="vllm"),
         forcing=RegexForcing(), version_probe=VersionProbe(), reasoning_field="reasoning",
         expectation_fallback=expectation_fallback, cors_advice=vllm_cors_advice(f"vLLM {release}"),
-        expected_version=expected_version,
+        expected_version=expected_version, rules=VLLM_RULES,
     )  # fmt: skip
 
 

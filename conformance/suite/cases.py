@@ -19,10 +19,13 @@ from typing import Any, Literal
 
 import yaml
 
+from conformance.formats.format import Format
+from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.formats.tiny_checkpoint import VARIANTS
 from conformance.record.case_model import MODES, Case, build_case
 from conformance.servers.profiles import PROFILES
 from conformance.suite.contract_document import reference_problem
+from conformance.suite.format_cases import in_format
 from conformance.util import safe_yaml
 from conformance.util.locations import format_path, node_line
 from conformance.util.package_paths import CASES_DIR, SCHEMAS_DIR
@@ -98,15 +101,17 @@ class SuiteCheck:
 # Public entry points
 
 
-def load_suite(directory: Path | None = None) -> list[Case]:
-    """Every case of the suite in `directory` (default: the shipped `cases/`), files in name order.
+def load_suite(directory: Path | None = None, form: Format = DEFAULT_FORMAT) -> list[Case]:
+    """Every case of the suite in `directory` (default: the shipped `cases/`), files in name order, as a
+    run on a checkpoint of response format `form` sends them (`conformance.suite.format_cases.in_format`:
+    each format-independent case rendered in it).
 
     Raises CaseFileError if any file has an error (warnings do not stop loading).
     """
     check = check_suite(directory)
     if check.errors:
         raise CaseFileError(check.errors)
-    return check.cases
+    return in_format(check.cases, form)
 
 
 def check_suite(directory: Path | None = None) -> SuiteCheck:
@@ -344,7 +349,12 @@ def _semantic_issues(
     if isinstance(variant, str) and variant not in VARIANTS:
         yield locator.issue([*at, "fixture_variant"], f"unknown fixture variant {variant!r} "
                             f"(known: {', '.join(VARIANTS)})")
+    written_in = raw.get("format")
+    if isinstance(written_in, str) and written_in not in FORMATS:
+        yield locator.issue([*at, "format"], f"unknown response format {written_in!r} (known: {', '.join(FORMATS)})")
     endpoint = raw.get("endpoint", "chat")
+    if "turn" in raw and endpoint != "chat":
+        yield locator.issue([*at, "endpoint"], "a format-independent case (turn) is sent to chat completions only")
     allowed = RESPONSES_STATUSES if endpoint == "responses" else CHAT_FINISH_REASONS
     expect = raw.get("expect") if isinstance(raw.get("expect"), dict) else {}
     for profile, expectation in expect.items():

@@ -51,12 +51,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from conformance.formats.checkpoint_files import read_tokenizer_config
+from conformance.formats.turn_text import render
 from conformance.record.case_model import Case, ExpectedError, Mode
 from conformance.record.outcomes import FAIL, Check
 from conformance.record.transcript import ServerStamp, Transcript
 from conformance.record.wire import Message, ToolCall, message_view, read_stream, response_message
 from conformance.run.checks.expectations import check_expected_error, check_expected_message, expected_view
-from conformance.servers.profiles import expectation_for
+from conformance.servers.profiles import expectation_for, profile_record
 
 Endpoint = Literal["chat", "responses"]
 LIMIT_KEYS: dict[Endpoint, tuple[str, ...]] = {"chat": ("max_completion_tokens", "max_tokens"),
@@ -190,8 +191,6 @@ def generated(checkpoint: HfCheckpoint, force: str, request: Mapping[str, Any],
 
 def prefix(checkpoint: HfCheckpoint, request: Mapping[str, Any]) -> str:
     """The rendered prompt the parser starts after (section 3)."""
-    from conformance.audit.roundtrip.roundtrip import render
-
     kwargs = dict(request.get("chat_template_kwargs") or {})
     if request.get("reasoning_effort") is not None:
         kwargs.setdefault("reasoning_effort", request["reasoning_effort"])
@@ -287,7 +286,8 @@ def judge_expectation(case: Case, mode: Mode, prediction: Prediction) -> Any:
         return check_expected_error(_as_transcript(case.id, mode, prediction), expectation.error)
     if isinstance(prediction, Refusal):
         return Check("expected_message", FAIL, reason=f"predicted a refusal ({prediction.message}), expected an answer")
-    return check_expected_message(prediction, expected_view(case, "hf", mode))
+    rules = profile_record("hf").rules if expectation.by_reference else ()  # as the live judge judges hf
+    return check_expected_message(prediction, expected_view(case, "hf", mode), rules)
 
 
 def judge_recording(transcript: Any, prediction: Prediction) -> Any:

@@ -19,56 +19,18 @@ prompt and raw text to reproduce it. Runs are deterministic for a seed (no datab
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
 from conformance.formats.checkpoint_files import MAX_FILE_BYTES, read_json_file
-from conformance.formats.markers import template_markers
+from conformance.formats.turn_text import RenderError, Subject, canonical, parse_chunked, parse_whole, render_turn
 from conformance.util.files import read_bounded
 
 FailureCode = Literal["roundtrip-render-error", "roundtrip-parse-error", "roundtrip-mismatch", "chunk-variance"]
-USER_MESSAGE = {"role": "user", "content": "Use the tools."}
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
 MAX_INPUTS = 400  # generated outputs kept for the implementations matrix
-
-
-@dataclass(frozen=True)
-class Subject:
-    """What a round trip needs of a checkpoint."""
-
-    chat_template: str
-    response_template: dict[str, Any]
-    special_tokens: dict[str, str]
-
-    @property
-    def eos(self) -> str | None:
-        return self.special_tokens.get("eos_token")
-
-    @cached_property
-    def delimiters(self) -> tuple[str, ...]:
-        """The template's literal delimiters, its start anchors, string delimiters and the eos token."""
-        found = list(template_markers(self.response_template))
-        anchors = self.response_template.get("start_anchor")
-        found += [anchors] if isinstance(anchors, str) else list(anchors or [])
-        for spec in self.response_template.get("fields", {}).values():
-            for pair in (spec.get("content_args") or {}).get("string_delims") or []:
-                found += list(pair)
-        if self.eos:
-            found.append(self.eos)
-        return tuple(dict.fromkeys(d for d in found if isinstance(d, str) and d.strip()))
-
-    @cached_property
-    def reserved(self) -> str:
-        """Characters the format reserves: the json parser's sentinels when string delimiters are set."""
-        fields = self.response_template.get("fields", {}).values()
-        return "\x01\x02" if any((spec.get("content_args") or {}).get("string_delims") for spec in fields) else ""
-
-    def field_named(self, *names: str) -> str | None:
-        return next((name for name in names if name in self.response_template.get("fields", {})), None)
 
 
 def _token_text(value: Any) -> str | None:
@@ -106,91 +68,6 @@ def subject_of(tokenizer_config: Mapping[str, Any], files: Mapping[str, Path]) -
     special = {key: text for key in SPECIAL_TOKEN_KEYS if (text := _token_text(tokenizer_config.get(key))) is not None}
     return Subject(chat_template, response_template, special)
 
-
-# --- rendering ------------------------------------------------------------------------------------------
-
-
-class RenderError(Exception):
-    """The chat template could not render the conversation."""
-
-
-def render(subject: Subject, messages: list[dict], tools: list[dict], add_generation_prompt: bool,
-           **template_kwargs: Any) -> str:
-    """The conversation as `apply_chat_template(..., tokenize=False, **template_kwargs)` renders it."""
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    try:
-        rendered, _ = render_jinja_template(
-            conversations=[messages], tools=tools or None, chat_template=subject.chat_template,
-            add_generation_prompt=add_generation_prompt, **subject.special_tokens, **template_kwargs,
-        )
-    except Exception as error:  # a checkpoint's template may raise anything (raise_exception, undefined...)
-        raise RenderError(f"{type(error).__name__}: {error}") from None
-    return rendered[0]
-
-
-def template_message(message: dict[str, Any]) -> dict[str, Any]:
-    """The message as chat templates read it: reasoning under each name templates use."""
-    rendered = dict(message)
-    if "reasoning" in message:
-        rendered["reasoning_content"] = rendered["thinking"] = message["reasoning"]
-    return rendered
-
-
-def render_turn(subject: Subject, tools: list[dict], message: dict[str, Any]) -> tuple[str, str]:
-    """(prompt, raw output) for `message` answering the user with `tools` available."""
-    prompt = render(subject, [USER_MESSAGE], tools, add_generation_prompt=True)
-    whole = render(subject, [USER_MESSAGE, template_message(message)], tools, add_generation_prompt=False)
-    if not whole.startswith(prompt):
-        raise RenderError("the rendered conversation does not start with the rendered generation prompt: "
-                          f"prompt ends {prompt[-60:]!r}, conversation there reads {whole[len(prompt) - 60:len(prompt)]!r}")
-    raw = whole[len(prompt):]
-    if subject.eos and (end := raw.rfind(subject.eos)) != -1 and not raw[end + len(subject.eos):].strip():
-        raw = raw[:end]
-    return prompt, raw
-
-
-# --- parsing and comparing ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Parsed:
-    """A parser's answer: the message, or the error it raised."""
-
-    message: dict[str, Any] | None
-    error: str | None = None
-
-    def same(self, other: Parsed) -> bool:
-        if self.error is not None or other.error is not None:
-            return (self.error or "").split(":")[0] == (other.error or "").split(":")[0]
-        return canonical(self.message) == canonical(other.message)
-
-
-def canonical(value: Any) -> str:
-    """JSON text that tells types apart (1 vs 1.0 vs true) and ignores key order."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False)
-
-
-def parse_whole(subject: Subject, prompt: str, raw: str, tools: list[dict]) -> Parsed:
-    from transformers.utils.chat_parsing import parse_response
-
-    try:
-        return Parsed(parse_response(raw, subject.response_template, prefix=prompt, tools=tools))
-    except Exception as error:
-        return Parsed(None, f"{type(error).__name__}: {error}")
-
-
-def parse_chunked(subject: Subject, prompt: str, chunks: list[str], tools: list[dict]) -> Parsed:
-    from transformers.utils.chat_parsing import ResponseParser
-
-    try:
-        parser = ResponseParser(subject.response_template, prefix=prompt, tools=tools)
-        for chunk in chunks:
-            parser.feed(chunk)
-        message, _ = parser.finalize()
-        return Parsed(message)
-    except Exception as error:
-        return Parsed(None, f"{type(error).__name__}: {error}")
 
 
 def expected_message(subject: Subject, message: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from conformance.audit.roundtrip.roundtrip import RoundTripResult, Subject, render_turn, run_roundtrip
+from conformance.audit.roundtrip.roundtrip import RoundTripResult, run_roundtrip
+from conformance.formats.turn_text import RenderError, Subject, render, render_turn
 from conformance.util.package_paths import SOURCE_ROOT
 
 TIMEOUT_S = 300.0
@@ -46,7 +47,6 @@ def bounded_roundtrip(subject: Subject, examples: int, seed: int, database: Path
 def render_probe(subject: Subject, probe: dict[str, Any]) -> dict[str, Any] | None:
     """A probe's matrix input: a forced output (`raw`) after the prompt of its request (`messages`), or an
     assistant `message` rendered as the round trip renders it; None when the chat template refuses it."""
-    from conformance.audit.roundtrip.roundtrip import RenderError, render
 
     try:
         if "raw" in probe:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from conformance.record.outcomes import CONTRACT, ERROR, FAIL, PASS, SCHEMA, SKIP, Check
+from conformance.record.server_rules import ServerRule, normalized
 from conformance.record.transcript import Transcript
 from conformance.record.wire import (
     RESPONSES_TERMINAL_EVENTS,
@@ -210,10 +211,15 @@ def compare_views(name: str, kind: str, expected: Mapping[str, Any], actual: Map
 
 
 def check_stream_equals_non_stream(
-    stream: Message, non_stream: Message, skip_fields: set[str]
+    stream: Message, non_stream: Message, skip_fields: set[str], rules: Sequence[ServerRule] = ()
 ) -> Check:
+    """The reassembled stream against the non-streaming message, but for `skip_fields` (a case's known
+    differences); with `rules` (a reference-judged case), both compared as the profile's rules normalize them."""
     fields = [f for f in VIEW_FIELDS if f not in skip_fields]
     suffix = f" (known differences skipped: {', '.join(sorted(skip_fields))})" if skip_fields else ""
-    return compare_views("stream_equals_non_stream", CONTRACT, message_view(non_stream, fields),
-                          message_view(stream, fields),
+    whole, streamed = message_view(non_stream, fields), message_view(stream, fields)
+    if rules and not json_equal(whole, streamed):
+        whole, streamed = normalized(whole, rules), normalized(streamed, rules)
+        suffix += " by the server's documented rules: " + ", ".join(rule.name for rule in rules)
+    return compare_views("stream_equals_non_stream", CONTRACT, whole, streamed,
                           "reassembled stream differs from the non-streaming message in ", "same message" + suffix)

@@ -3,11 +3,13 @@ streams) or, in natural mode, the tool call the prompt asks for."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from conformance.record.case_model import Case, Mode
 from conformance.record.outcomes import EXPECTATION, FAIL, PASS, SKIP, Check
+from conformance.record.server_rules import ServerRule, normalized
 from conformance.record.transcript import Transcript
 from conformance.record.wire import Message, StreamReading, empty_text, error_object, message_view
 from conformance.run.checks.contract import compare_views
@@ -57,10 +59,21 @@ def check_expected_error(transcript: Transcript, expected_error: Any) -> Check:
     return Check("expected_error", PASS, EXPECTATION, expected=want, actual=got)
 
 
-def check_expected_message(actual: Message, expected: Mapping[str, Any]) -> Check:
+def check_expected_message(actual: Message, expected: Mapping[str, Any], rules: Sequence[ServerRule] = ()) -> Check:
+    """The answer against the expected message; with `rules` (a reference outcome, the profile's documented
+    rules), a difference that every rule's normalization of both sides removes passes, naming them."""
     want = {k: v for k, v in expected.items() if not (k == "finish_reason" and v is None)}
-    return compare_views("expected_message", EXPECTATION, want, message_view(actual),
-                          "differs from the expected message in ")
+    got = message_view(actual)
+    exact = compare_views("expected_message", EXPECTATION, want, got, "differs from the expected message in ")
+    if exact.outcome == PASS or not rules:
+        return exact
+    within = compare_views("expected_message", EXPECTATION, normalized(want, rules), normalized(got, rules),
+                           "differs from the format's own parse in ",
+                           same="equal by the server's documented rules: " + ", ".join(rule.name for rule in rules))
+    if within.outcome == PASS:
+        return within
+    return replace(exact, reason=exact.reason + " (the server's documented rules allow none of it: "
+                   + ", ".join(rule.name for rule in rules) + ")")
 
 
 def check_expected_streaming(reading: StreamReading, expected: str) -> Check:
