@@ -8,7 +8,9 @@
   vLLM 0.33's Python frontend over the 0.32 CPU kernels (its overlay built on first use), and
   `legacy_033_server` the same with hermes + qwen3; `hf_rust_033_server`: vLLM 0.33's Rust frontend over
   that overlay's engine; `hf_closer_server`, `hf_033_closer_server`: hf and hf-0.33 on the
-  `closer-ends-with-anchor` variant (the cases that need it). Nothing starts until a test asks for a server;
+  `closer-ends-with-anchor` variant (the cases that need it); `hf_gemma4_server`, `legacy_gemma4_server` and
+  the same for `qwen3_xml` and `glm45`: hf and legacy (the format's own parsers) on that format's tiny
+  checkpoint (`conformance fixture build DIR --format NAME`). Nothing starts until a test asks for a server;
   then every server that some selected test needs starts at once, as many as the machine's available
   memory holds (SERVER_MEMORY_BYTES each; starting together halves the wait on 2 cores); each stops after
   the last selected test using it, the rest at session end, which fails loudly if a process of theirs
@@ -32,12 +34,16 @@ from conformance.servers.profiles import PROFILES
 from tests.server_pool import ServerKey, ServerPool
 
 CLOSER_VARIANT = "closer-ends-with-anchor"
+FORMATS_SERVED = ("gemma4", "qwen3-xml", "glm45")
 # fixture name -> profile, or (profile, fixture variant) for a server on another variant than its record's
 SERVER_FIXTURES: dict[str, str | tuple[str, str]] = {
     "hf_server": "hf", "legacy_server": "legacy", "hf_rust_server": "hf-rust",
     "transformers_serve_server": "transformers-serve", "hf_033_server": "hf-0.33",
     "legacy_033_server": "legacy-0.33", "hf_rust_033_server": "hf-rust-0.33",
     "hf_closer_server": ("hf", CLOSER_VARIANT), "hf_033_closer_server": ("hf-0.33", CLOSER_VARIANT),
+    # the other shipped formats vLLM 0.32 serves under both profiles, each on its own tiny checkpoint
+    **{f"{profile}_{form.replace('-', '_')}_server": (profile, f"{form}:full")
+       for form in FORMATS_SERVED for profile in ("hf", "legacy")},
 }
 _first_use: dict[ServerKey, int] = {}  # position of the first and last selected test using each server
 _last_use: dict[ServerKey, int] = {}

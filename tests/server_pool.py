@@ -10,11 +10,15 @@ from typing import TypeVar
 
 import pytest
 
+from conformance.formats.format import Format
+from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.servers.launch import Server, ServerProcess, ServerStartError, descendant_pids, pid_alive, start
 from conformance.servers.profile import Profile
+from conformance.servers.profiles import served_profile
 
-ServerKey = tuple[str, str]  # (profile, fixture variant)
+# (profile, fixture variant): a variant of another format than the tiny checkpoint's is "FORMAT:VARIANT"
+ServerKey = tuple[str, str]
 # What one pooled server takes (measured: seven at once 14.7 GB above the idle machine, 2.1 GB each).
 SERVER_MEMORY_BYTES = int(2.5 * 2**30)
 
@@ -69,6 +73,11 @@ def _healthy_or_error(process: ServerProcess) -> Server | ServerStartError:
         return error
 
 
+def served_format(variant: str) -> Format:
+    """The response format of a pool variant ("FORMAT:VARIANT", else the tiny checkpoint's)."""
+    return FORMATS[variant.partition(":")[0]] if ":" in variant else DEFAULT_FORMAT
+
+
 class ServerPool:
     """On the first request, starts every needed server that fits in memory and waits for all of them at
     once (so each start-up time is its own); hands out healthy servers; stops each after the last test
@@ -115,7 +124,9 @@ class ServerPool:
                 self.stopped.add(key)
 
     def _start_and_wait(self, keys: list[ServerKey]) -> None:
-        processes, outcomes = start_together({key: (key[0], self.checkpoint_for(key[1])) for key in keys}, self.log_dir)
+        processes, outcomes = start_together(
+            {key: (served_profile(key[0], served_format(key[1])), self.checkpoint_for(key[1])) for key in keys},
+            self.log_dir)
         self.processes.update(processes)
         self.outcomes.update(outcomes)
         for key, outcome in outcomes.items():
@@ -124,9 +135,11 @@ class ServerPool:
                 self.started.append((key, outcome))
 
     def checkpoint_for(self, variant: str) -> Path:
-        """The tiny checkpoint in `variant`, built once."""
-        folder = self.checkpoints / variant
-        return folder if (folder / "config.json").exists() else build_fixture(folder, variant)
+        """The tiny checkpoint in `variant` ("FORMAT:VARIANT": of that format), built once."""
+        folder = self.checkpoints / variant.replace(":", "-")
+        if (folder / "config.json").exists():
+            return folder
+        return build_fixture(folder, variant.rpartition(":")[2], served_format(variant))
 
     def close(self) -> None:
         for process in self.processes.values():

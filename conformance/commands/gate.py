@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.commands import add_out_arguments, add_verb, recorded_files, timeout_problem
+from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.formats.tiny_checkpoint import VARIANTS
 from conformance.run.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
 from conformance.util import exit_codes
@@ -84,6 +85,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         gate.add_argument(f"--{side}-api-key-env", metavar="NAME",
                           help=f"environment variable holding the {side}'s API key (a key stays off the command line)")
     gate.add_argument("--forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP + " (per side)")
+    gate.add_argument("--format", default=DEFAULT_FORMAT.name, choices=sorted(FORMATS), metavar="NAME",
+                      help=f"the response format both sides' checkpoint writes (default: {DEFAULT_FORMAT.name}; "
+                           "`conformance formats` lists them): launched sides serve its tiny checkpoint, the legacy "
+                           "profile with the format's own parsers; format-independent cases are rendered in it and "
+                           "judged against its own parse, cases written in another format are skipped")
     gate.add_argument("--fixture-variant", choices=VARIANTS, metavar="NAME",
                       help="the tiny checkpoint's variant both sides serve (launched: built and served; URLs: as told; "
                            "default: each profile record's); cases that need another are skipped on both sides")
@@ -116,21 +122,24 @@ def _error(verb: str, message: str) -> int:
     return exit_codes.ERROR
 
 
-def _expectations(args: argparse.Namespace, pair: tuple[str, str] | None) -> tuple[list[Any], dict[str, Any]]:
+def _expectations(args: argparse.Namespace, pair: tuple[str, str] | None,
+                  form: str = DEFAULT_FORMAT.name) -> tuple[list[Any], dict[str, Any]]:
     """(the entries acknowledging differences, where they come from: gate.json's `expectations`).
     Without --expect/--no-expect the default is the file shipped for the (baseline, candidate) profile
-    `pair`, if one ships (`pair` None: servers given by URL, no default)."""
+    `pair` in response format `form`, if one ships (`pair` None: servers given by URL, no default)."""
     from conformance.compare.expectations import load_expectations, shipped_expectations
 
     if args.no_expect:
         return [], {"file": None, "note": "--no-expect: nothing is acknowledged"}
     if args.expect is not None:
         return load_expectations(args.expect), {"file": str(args.expect), "note": "given with --expect"}
-    shipped = shipped_expectations(*pair) if pair else None
+    shipped = shipped_expectations(*pair, form) if pair else None
     if shipped is None:
-        why = f"no expectations ship for {pair[0]} -> {pair[1]}" if pair else "servers given by URL have no default"
+        on_format = "" if form == DEFAULT_FORMAT.name else f" on the {form} format"
+        why = f"no expectations ship for {pair[0]} -> {pair[1]}{on_format}" if pair else "servers given by URL have no default"
         return [], {"file": None, "note": f"{why}: nothing is acknowledged (give --expect FILE)"}
-    return load_expectations(shipped), {"file": shipped.name, "note": f"shipped for {pair[0]} -> {pair[1]}"}
+    on_format = "" if form == DEFAULT_FORMAT.name else f" on the {form} format"
+    return load_expectations(shipped), {"file": shipped.name, "note": f"shipped for {pair[0]} -> {pair[1]}{on_format}"}
 
 
 def _check_selectors(entries: list[Any], recordings: list[Any], cases_dir: Path | None) -> list[str]:
@@ -184,20 +193,22 @@ def run_compare(args: argparse.Namespace) -> int:
     from conformance.compare.expectations import ExpectationsError
     from conformance.compare.gate import build_gate
     from conformance.compare.rejudge import UnsupportedResults
+    from conformance.formats.registry import format_named
     from conformance.record.run_dir import read_run_dir
     from conformance.record.transcript import TranscriptError
     from conformance.servers.profiles import upgrade_recording
     from conformance.suite.cases import CaseFileError, load_suite
 
     try:
-        cases = load_suite(args.cases)
         recordings = [read_run_dir(args.baseline), read_run_dir(args.candidate)]
+        forms = [format_named(_response_format(recording)) for recording in recordings]
         for recording in recordings:
             upgrade_recording(recording.transcripts)
-        recordings = [_judged_again(recording, cases) for recording in recordings]
+        # each side judged again with the cases in the format its checkpoint writes
+        recordings = [_judged_again(recording, load_suite(args.cases, form)) for recording, form in zip(recordings, forms)]
         pair = (str(recordings[0].stamp.get("profile")), str(recordings[1].stamp.get("profile")))
-        entries, source = _expectations(args, pair)
-    except (TranscriptError, ExpectationsError, CaseFileError, UnsupportedResults) as exc:
+        entries, source = _expectations(args, pair, forms[1].name)
+    except (TranscriptError, ExpectationsError, CaseFileError, UnsupportedResults, ValueError) as exc:
         return _error("compare", str(exc))
     problems = _check_selectors(entries, recordings, args.cases)
     if problems:
@@ -208,6 +219,13 @@ def run_compare(args: argparse.Namespace) -> int:
         return _error("compare", f"{exc.filename}: cannot read: {exc.strerror or exc}")
     gate = build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source)
     return _written_out("compare", args, args.candidate.resolve().parent, lambda out_dir: _finish(gate, out_dir))
+
+
+def _response_format(recording: Any) -> str | None:
+    """The response format a recorded side's checkpoint writes: its stamp's, else its answers' (None: recorded
+    before formats were, the default one's)."""
+    told = recording.stamp.get("response_format")
+    return told or next((t.server.format for t in recording.transcripts if t.server.format), None)
 
 
 def _written_out(verb: str, args: argparse.Namespace, default_parent: Path, write: Callable[[Path], int]) -> int:
@@ -273,9 +291,10 @@ def run_gate(args: argparse.Namespace) -> int:
             if not (model and profile):
                 return _error("gate", f"--{name} URL needs --{name}-model and --{name}-profile")
             sides.append(GateSide(name, profile, base_url=target, model=model, fixture_variant=args.fixture_variant,
-                                  api_key=api_key))
+                                  api_key=api_key, format=args.format))
         elif target in launchable_profiles():
-            sides.append(GateSide(name, target, fixture_variant=args.fixture_variant, api_key=api_key))
+            sides.append(GateSide(name, target, fixture_variant=args.fixture_variant, api_key=api_key,
+                                  format=args.format))
         else:
             return _error("gate", f"--{name}: {target!r} is neither a URL nor a profile "
                           f"({', '.join(launchable_profiles())})")
@@ -288,8 +307,8 @@ def run_gate(args: argparse.Namespace) -> int:
         unknown = sorted(set(args.feature) - set(load_features(args.cases)))
         if unknown:
             return _error("gate", f"unknown feature tag(s): {', '.join(unknown)}")
-        cases = select_cases(load_suite(args.cases), args.case, args.feature)
-        entries, source = _expectations(args, (sides[0].profile, sides[1].profile) if launched else None)
+        cases = select_cases(load_suite(args.cases, FORMATS[args.format]), args.case, args.feature)
+        entries, source = _expectations(args, (sides[0].profile, sides[1].profile) if launched else None, args.format)
     except (CaseFileError, ExpectationsError, ValueError) as exc:
         return _error("gate", str(exc))
     if not cases:
@@ -310,7 +329,8 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
     from conformance.run.gate_sides import DEFAULT_ORIGIN, GateSetupError, run_gate_sides, targets_for
 
     sides = _with_checkpoints(args, out_dir, sides)
-    print(f"gate: {sides[0].profile} -> {sides[1].profile}, {len(cases)} cases; writing to {out_dir}", file=sys.stderr)
+    print(f"gate: {sides[0].profile} -> {sides[1].profile} on the {sides[0].format} format, {len(cases)} cases; "
+          f"writing to {out_dir}", file=sys.stderr)
     print(f"expectations: {source['file'] or 'none'} ({source['note']})", file=sys.stderr)
     stopped_by = ["SIGINT"]  # what interrupted the gate, if something does (Ctrl-C unless SIGTERM says otherwise)
 
@@ -374,7 +394,8 @@ def _with_checkpoints(args: argparse.Namespace, out_dir: Path, sides: list[Any])
         elif side.base_url is None:
             variant = served_variant(side.profile, side.fixture_variant)
             if variant not in built:
-                folder = build_fixture(out_dir / ("checkpoint" if variant == "full" else f"checkpoint-{variant}"), variant)
+                folder = build_fixture(out_dir / ("checkpoint" if variant == "full" else f"checkpoint-{variant}"), variant,
+                                   FORMATS[side.format])
                 built[variant] = (folder, _directory_digest(folder))
             side = replace(side, checkpoint=built[variant][0], checkpoint_revision=built[variant][1])
         with_checkpoints.append(side)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.commands import add_out_arguments, add_verb, recorded_files, timeout_problem
+from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.formats.tiny_checkpoint import VARIANTS
 from conformance.record.outcomes import SKIP_KINDS
 from conformance.run.driver import (
@@ -81,6 +82,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="local checkpoint directory: its response_template gives the markers checked for leaks")
     parser.add_argument("--checkpoint-revision", metavar="REV", help="revision recorded in the reports")
+    parser.add_argument("--format", default=DEFAULT_FORMAT.name, choices=sorted(FORMATS), metavar="NAME",
+                        help="the response format the server's checkpoint writes (default: "
+                             f"{DEFAULT_FORMAT.name}; `conformance formats` lists them): --launch builds and serves "
+                             "its tiny checkpoint (the legacy profile with the format's own parsers); format-"
+                             "independent cases are rendered in it, cases written in another are skipped")
     parser.add_argument("--fixture-variant", choices=VARIANTS, metavar="NAME",
                         help="the tiny checkpoint's variant: the one --launch builds and serves, or the one the "
                              "--base-url server serves (default: the profile record's); cases that need another "
@@ -121,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         unknown_features = sorted(set(args.feature) - set(load_features(args.cases)))
         if unknown_features:
             return _usage_error(f"unknown feature tag(s): {', '.join(unknown_features)} (see cases/features.txt)")
-        suite = load_suite(args.cases)
+        suite = load_suite(args.cases, FORMATS[args.format])
         cases = select_cases(suite, args.case, args.feature)
     except (CaseFileError, ValueError) as exc:
         return _usage_error(str(exc))
@@ -212,33 +218,37 @@ class TargetError(Exception):
 @contextlib.contextmanager
 def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tuple[str, ...]]]:
     """(Target, markers) for an attached server, or for a freshly launched one (stopped on exit)."""
-    from conformance.formats.markers import markers_for_checkpoint
+    from conformance.formats.markers import markers_for_checkpoint, template_markers
     from conformance.run.driver import Target, target_of
 
+    form = FORMATS[args.format]
     if args.base_url:
         yield Target(
             base_url=args.base_url, model=args.model, profile=args.profile, api_key=args.api_key,
             timeout=args.timeout, **forcing_fields(args.forcing), checkpoint_revision=args.checkpoint_revision,
-            max_line_bytes=args.max_line_bytes, fixture_variant=args.fixture_variant,
-        ), markers_for_checkpoint(args.checkpoint)  # fmt: skip
+            max_line_bytes=args.max_line_bytes, fixture_variant=args.fixture_variant, format=form.name,
+        ), (markers_for_checkpoint(args.checkpoint) if args.checkpoint else template_markers(form.response_template))
         return
     from conformance.formats.tiny_checkpoint import build_fixture
     from conformance.servers.launch import ServerStartError, launch
-    from conformance.servers.profiles import PROFILES, served_variant
+    from conformance.servers.profiles import served_profile, served_variant
 
     variant = served_variant(args.launch, args.fixture_variant)
-    checkpoint = build_fixture(out_dir / "checkpoint", variant=variant)
-    server_name = PROFILES[args.launch].server_name
-    print(f"starting {server_name} ({args.launch} profile) on {checkpoint} ...", file=sys.stderr)
     try:
-        with launch(args.launch, checkpoint, log_dir=out_dir) as server:
+        checkpoint = build_fixture(out_dir / "checkpoint", variant=variant, form=form)
+    except ValueError as exc:  # a variant the format has not
+        raise TargetError(f"the {form.name} tiny checkpoint: {exc}") from exc
+    record = served_profile(args.launch, form)
+    print(f"starting {record.server_name} ({args.launch} profile) on {checkpoint} ...", file=sys.stderr)
+    try:
+        with launch(record, checkpoint, log_dir=out_dir) as server:
             yield target_of(
                 server, args.profile, api_key=args.api_key, timeout=args.timeout, **forcing_fields(args.forcing),
                 checkpoint_revision=args.checkpoint_revision or _directory_digest(checkpoint),
-                max_line_bytes=args.max_line_bytes, fixture_variant=variant,
+                max_line_bytes=args.max_line_bytes, fixture_variant=variant, format=form.name,
             ), markers_for_checkpoint(checkpoint)  # fmt: skip
     except ServerStartError as exc:
-        raise TargetError(f"could not start {server_name}: {exc}") from exc
+        raise TargetError(f"could not start {record.server_name}: {exc}") from exc
 
 
 def _directory_digest(directory: Path) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.compare.diff import Difference
+from conformance.formats.registry import DEFAULT_FORMAT
 from conformance.util import safe_yaml
 from conformance.util.locations import format_path, node_line
 from conformance.util.package_paths import SHIPPED_EXPECTATIONS_DIR, load_schema
@@ -32,10 +33,16 @@ DEFAULT_PAIR_FILE = SHIPPED_DIR / "vllm-0.32-legacy-to-hf.yaml"  # the expectati
 # The shipped expectations of a (baseline, candidate) profile pair: a gate's default for that pair.
 SHIPPED_PAIRS: dict[tuple[str, str], Path] = {("legacy", "hf"): DEFAULT_PAIR_FILE,
                                               ("hf", "hf-0.33"): SHIPPED_DIR / "vllm-0.32-to-0.33-hf.yaml"}
+# The same for a response format other than the tiny checkpoint's: by (format, baseline, candidate).
+SHIPPED_FORMAT_PAIRS: dict[tuple[str, str, str], Path] = {
+    (form, "legacy", "hf"): SHIPPED_DIR / f"{form}-vllm-0.32-legacy-to-hf.yaml" for form in ("gemma4", "qwen3-xml", "glm45")}
 
 
-def shipped_expectations(baseline: str | None, candidate: str | None) -> Path | None:
-    """The expectations file shipped for gating `baseline` -> `candidate` (None: none ships)."""
+def shipped_expectations(baseline: str | None, candidate: str | None, form: str = DEFAULT_FORMAT.name) -> Path | None:
+    """The expectations file shipped for gating `baseline` -> `candidate` on a checkpoint of response
+    format `form` (None: none ships)."""
+    if form != DEFAULT_FORMAT.name:
+        return SHIPPED_FORMAT_PAIRS.get((form, str(baseline), str(candidate)))
     return SHIPPED_PAIRS.get((str(baseline), str(candidate)))
 
 

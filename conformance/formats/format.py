@@ -28,6 +28,20 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class Deviation:
+    """A known bug of a server on this format: profile `profile`'s answer to the format-independent case
+    `case` in `modes` differs from the format's own parse in the `message` fields given (as in cases:
+    reasoning, content, tool_calls); `link` is where the bug is seen (an issue, the parser's source)."""
+
+    profile: str
+    case: str
+    modes: tuple[str, ...]
+    message: Mapping[str, Any]
+    reason: str
+    link: str
+
+
+@dataclass(frozen=True)
 class Format:
     name: str
     description: str
@@ -45,6 +59,7 @@ class Format:
     stop_tokens: tuple[str, ...] = ()  # the generation config's end tokens (empty: the eos and pad tokens)
     legacy_env: Mapping[str, str] = field(default_factory=dict)  # what the legacy parsers need to force an output
     sample_raw: str | None = None  # an assistant turn in the format: reasoning and two tool calls
+    deviations: tuple[Deviation, ...] = ()  # known server bugs on it, judged as strict xfails
 
     @property
     def end_tokens(self) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jsonschema
 
-from conformance.formats.format import Format, Variant
+from conformance.formats.format import Deviation, Format, Variant
 from conformance.util.locations import format_path
 from conformance.util.package_paths import PACKAGE_DIR, load_schema
 from conformance.util.safe_yaml import UnreadableFile, read_text
@@ -46,6 +46,7 @@ def load_format(directory: Path) -> Format:
         legacy_flags=tuple(record["legacy_flags"]), variants=VARIANTS, model_type=record["model_type"],
         stop_tokens=tuple(record["stop_tokens"]), legacy_env=dict(record["legacy_env"]),
         sample_raw=_text(sample) if sample.is_file() else None,
+        deviations=tuple(Deviation(**{**entry, "modes": tuple(entry["modes"])}) for entry in record.get("deviations", [])),
     )
 
 

@@ -9,3 +9,14 @@ from conformance.formats.qwen3_hermes import QWEN3_HERMES
 
 FORMATS: dict[str, Format] = {record.name: record for record in (QWEN3_HERMES, *shipped_formats())}
 DEFAULT_FORMAT = QWEN3_HERMES
+
+
+def format_named(name: str | None) -> Format:
+    """The record of response format `name` (None: the default format, as a recording made before formats
+    were recorded); ValueError naming the known ones for a name without one."""
+    if name is None:
+        return DEFAULT_FORMAT
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown response format {name!r} (known: {', '.join(FORMATS)})") from None

@@ -21,6 +21,7 @@ def make_stamp(server: Mapping[str, Any], recorded_at: str | None = None, comple
         "server_build": server.get("build"),
         "model": server.get("model"),
         "checkpoint_revision": server.get("checkpoint_revision"),
+        "response_format": server.get("format"),  # None: recorded before formats (the default one's)
         "base_url": server.get("base_url"),
         "server_args": list(server.get("args") or ()),
         "recorded_at": recorded_at or now,

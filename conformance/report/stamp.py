@@ -12,6 +12,7 @@ STAMP_FIELDS = (
     ("server_build", "server build"),
     ("model", "model"),
     ("checkpoint_revision", "checkpoint revision"),
+    ("response_format", "response format"),
     ("base_url", "server"),
     ("server_args", "server flags"),
     ("recorded_at", "recorded"),

@@ -75,13 +75,14 @@ def other_variant(case: Case, target: Target) -> NotSent | None:
 
 
 def other_format(case: Case, target: Target) -> NotSent | None:
-    """The skip of a case whose forced text is written in another response format than the target's
-    checkpoint writes (None: it runs). A case naming no format is written in the default one."""
+    """The skip of a case written for another response format than the target's checkpoint writes
+    (None: it runs): its forced text, and the expectations of an unforced one (what the model generates
+    under a guided tool choice, which requests a format's parsers refuse), are that format's. A case
+    naming no format is written in the default one; a format-independent case is rendered in the target's."""
     written_in = case.format or DEFAULT_FORMAT.name
-    if case.force is None or written_in == target.format:
+    if written_in == target.format:
         return None
-    return NotSent("other_format", f"its forced text is written in the {written_in} format; this run serves "
-                                   f"{target.format}")
+    return NotSent("other_format", f"it is written for the {written_in} format; this run serves {target.format}")
 
 
 def select_cases(cases: Iterable[Case], ids: Sequence[str] = (), features: Sequence[str] = ()) -> list[Case]:
@@ -138,7 +139,7 @@ async def _forcing_for(case: Case, target: Target, natural: bool,
     expectation = expectation_for(case, target.profile)
     if expectation is not None and expectation.skip is not None:
         return None, NotSent("declared", f"declared: {expectation.skip}")
-    if (elsewhere := other_variant(case, target) or other_format(case, target)) is not None:
+    if (elsewhere := other_format(case, target) or other_variant(case, target)) is not None:
         return None, elsewhere
     if natural or case.force is None:  # natural mode, or an unforced case (cases/README.md)
         return None, None

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.formats.markers import markers_for_checkpoint
+from conformance.formats.markers import markers_for_checkpoint, template_markers
+from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.record.case_model import PREFLIGHT_MODES, Case
 from conformance.record.run_dir import Recording
 from conformance.run.driver import Target, make_clients, send, target_of
 from conformance.run.engine import RunOutput, request_count, run_async
 from conformance.servers.launch import ServerStartError, start
+from conformance.servers.profiles import served_profile
 from conformance.util.progress import Progress
 
 DEFAULT_ORIGIN = "http://localhost:3000"
@@ -38,6 +40,7 @@ class GateSide:
     checkpoint: Path | str | None = None  # what a launched side serves: a directory or a Hub repo id
     checkpoint_revision: str | None = None  # stamped on a launched side's run
     fixture_variant: str | None = None  # the tiny checkpoint's variant it serves (None: its profile record's)
+    format: str = DEFAULT_FORMAT.name  # the response format its checkpoint writes (launched: its own parsers)
     api_key: str | None = field(default=None, repr=False)  # this side's own key (None: the gate's)
 
 
@@ -62,7 +65,8 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
         if side.base_url is not None:
             continue
         try:
-            launched[side.name] = start(side.profile, side.checkpoint, log_dir=out_dir / side.name)
+            launched[side.name] = start(served_profile(side.profile, FORMATS[side.format]), side.checkpoint,
+                                        log_dir=out_dir / side.name)
         except BaseException as exc:  # a later side's set-up failed: the servers already started go too
             for process in launched.values():
                 process.stop()
@@ -97,12 +101,14 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
         runs = []
         for side in sides:
             server = servers.get(side.name)
-            options = {"api_key": side.api_key or api_key, "timeout": timeout, **forcing, "fixture_variant": side.fixture_variant}
+            options = {"api_key": side.api_key or api_key, "timeout": timeout, **forcing,
+                       "fixture_variant": side.fixture_variant, "format": side.format}
             target = (target_of(server, side.profile, checkpoint_revision=side.checkpoint_revision, **options)
                       if server else Target(side.base_url, side.model, side.profile, **options))
             local = server is not None and side.checkpoint is not None and Path(side.checkpoint).is_dir()  # else a repo id
-            runs.append(SideRun(side, target, markers_for_checkpoint(Path(side.checkpoint) if local else None),
-                                round(server.startup_seconds, 1) if server else None))
+            markers = (markers_for_checkpoint(Path(side.checkpoint)) if local
+                       else template_markers(FORMATS[side.format].response_template))
+            runs.append(SideRun(side, target, markers, round(server.startup_seconds, 1) if server else None))
         yield runs, release
     finally:
         release()

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from conformance.formats.markers import DEFAULT_MARKERS
-from conformance.record.case_model import Case
-from conformance.record.outcomes import ERROR, EXPECTATION, FAIL, PASS, SKIP, Check
+from conformance.record.case_model import Case, Expectation, Mode
+from conformance.record.outcomes import ERROR, EXPECTATION, FAIL, FINDING, PASS, SKIP, Check
 from conformance.record.transcript import Transcript
 from conformance.record.wire import Message, error_object, error_text, read_stream, response_message
 from conformance.run.checks.client_keys import client_key_checks
@@ -119,13 +119,22 @@ def judge(
                             skip_kind="no_expectation"))
     elif expected_error is None and expected is not None:
         rules = profile_record(transcript.profile).rules if expectation.by_reference else ()
-        checks.append(check_expected_message(message, expected, rules))
+        checks.append(check_expected_message(message, expected, rules, expectation.deviation))
+        if expectation.deviation and _deviates_in(case, expectation, transcript.mode):
+            checks.append(Check("known_deviation", FAIL, FINDING, reason=f"a declared bug of the server, expected: "
+                                f"{expectation.deviation}"))
         wanted_streaming = expectation.tool_call_streaming
         if reading is not None and wanted_streaming:
             checks.append(check_expected_streaming(reading, wanted_streaming))
         if expectation.usage:
             checks.append(check_expected_usage(transcript, expectation.usage))
     return checks
+
+
+def _deviates_in(case: Case, expectation: Expectation, mode: Mode) -> bool:
+    """Whether the declared deviation changes the answer in `mode` (it may show in one mode only)."""
+    reference = case.reference.for_mode(mode).message if case.reference else None
+    return expectation.for_mode(mode).message != reference
 
 
 def _no_expectation(profile: str) -> str:

@@ -76,6 +76,9 @@ class Launch:
     runtime: Runtime = CurrentInterpreter()
     health_path: str = "/health"
     log_prefix: str = "server"
+    # `flags` are the served format's own parsers: a checkpoint of another format is served with that
+    # format's `legacy_flags` and `legacy_env` instead (conformance.servers.profiles.served_profile).
+    format_parsers: bool = False
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from dataclasses import replace
 
+from conformance.formats.format import Format
 from conformance.record.case_model import Case, Expectation
 from conformance.record.transcript import Transcript
 from conformance.servers.forcing_methods import RegexForcing
@@ -47,6 +49,17 @@ def cors_advice_for(name: str, origin: str) -> str | None:
     advice = profile_record(name).cors_advice
     fill = {"{origin}": origin, "{origins}": json.dumps([origin])}
     return advice and re.sub(r"\{origins?\}", lambda m: fill[m.group()], advice)
+
+
+def served_profile(name: str, form: Format) -> Profile:
+    """Profile `name`'s record as launched on a checkpoint of response format `form`: a record whose
+    flags are the format's own parsers (`Launch.format_parsers`, the legacy profiles) takes `form`'s
+    legacy flags and the environment they need; any other is launched as it is."""
+    record = resolve_profile(name)
+    if record.launch is None or not record.launch.format_parsers:
+        return record
+    launch = replace(record.launch, flags=form.legacy_flags, env={**record.launch.env, **form.legacy_env})
+    return replace(record, launch=launch)
 
 
 def served_variant(name: str, told: str | None = None) -> str:

@@ -43,12 +43,13 @@ VLLM_ENV = MappingProxyType({"VLLM_CPU_KVCACHE_SPACE": "1"})
 
 def vllm_profile(name: str, flags: tuple[str, ...], description: str,
                  expectation_fallback: tuple[str, ...] = (), release: str = "0.32",
-                 runtime: Runtime = CurrentInterpreter(), expected_version: str | None = None) -> Profile:
+                 runtime: Runtime = CurrentInterpreter(), expected_version: str | None = None,
+                 format_parsers: bool = False) -> Profile:
     """A profile of vLLM's Python OpenAI server (`release`, run from `runtime`) with the given parser `flags`."""
     return Profile(
         name=name, description=description, server_name="vLLM",
         launch=Launch(VLLM_COMMAND, flags, find_vllm_error, VLLM_COMMON_FLAGS, VLLM_ENV, runtime=runtime,
-                      log_prefix="vllm"),
+                      log_prefix="vllm", format_parsers=format_parsers),
         forcing=RegexForcing(), version_probe=VersionProbe(), reasoning_field="reasoning",
         expectation_fallback=expectation_fallback, cors_advice=vllm_cors_advice(f"vLLM {release}"),
         expected_version=expected_version, rules=VLLM_RULES,
@@ -97,11 +98,12 @@ def find_vllm_error(log_text: str) -> str | None:
 
 VLLM_PROFILES = (
     vllm_profile("hf", HF_FLAGS, "vLLM's checkpoint-driven parser: the response_template in the tokenizer config"),
-    vllm_profile("legacy", LEGACY_FLAGS, "the hand-written parsers hf replaces: hermes tool calls, qwen3 reasoning"),
+    vllm_profile("legacy", LEGACY_FLAGS, "the hand-written parsers hf replaces: hermes tool calls, qwen3 reasoning "
+                 "(another format's own with --format)", format_parsers=True),
     # On CPU machines: 0.33's Python code over vllm-cpu 0.32's kernels (conformance.servers.runtimes.vllm_033).
     vllm_profile("hf-0.33", HF_FLAGS, "vLLM 0.33's Python frontend with the checkpoint-driven hf parser (flags as hf)",
                  release="0.33", runtime=VllmCpuOverlay("0.33.0"), expected_version="0.33.0"),
     vllm_profile("legacy-0.33", LEGACY_FLAGS,
                  "vLLM 0.33's Python frontend with the hand-written hermes and qwen3 parsers (flags as legacy)",
-                 release="0.33", runtime=VllmCpuOverlay("0.33.0"), expected_version="0.33.0"),
+                 release="0.33", runtime=VllmCpuOverlay("0.33.0"), expected_version="0.33.0", format_parsers=True),
 )

@@ -22,7 +22,14 @@ from typing import Any
 
 from conformance.formats.format import Format
 from conformance.formats.turn_text import RenderError, Subject, parse_whole, render_turn
-from conformance.record.case_model import Case, Expectation, ExpectedMessage, ExpectedToolCall
+from conformance.record.case_model import (
+    MESSAGE_FIELDS,
+    Case,
+    Expectation,
+    ExpectedMessage,
+    ExpectedToolCall,
+    build_message,
+)
 
 REASONING_FIELDS = ("thinking", "reasoning_content", "reasoning")
 
@@ -62,11 +69,30 @@ def rendered(case: Case, form: Format, subject: Subject | None) -> Case:
             else:
                 reference = reference_of(parsed.message)
                 if (lost := round_trip_loss(case.turn, reference)) is None:
-                    return replace(case, force=raw, format=form.name, reference=reference)
+                    return replace(case, force=raw, format=form.name, reference=reference,
+                                   expect={**case.expect, **deviations(case.id, form, reference)})
                 why = (f"its two templates disagree: the chat template writes {raw!r} and the response_template "
                        f"parses {lost}")
     return replace(case, force=None, format=form.name,
                    reference=Expectation(skip=f"the {form.name} format cannot express this turn: {why}"))
+
+
+def deviations(case_id: str, form: Format, reference: Expectation) -> dict[str, Expectation]:
+    """The expectations of the profiles with a known bug on this case in `form` (its `deviations`): the
+    reference with the deviating fields in the modes where the bug shows, marked with its reason and link."""
+    assert reference.message is not None
+    expect = {}
+    for deviation in form.deviations:
+        if deviation.case != case_id:
+            continue
+        changed = build_message(deviation.message)
+        deviating = replace(reference.message, **{name: getattr(changed, name) for name in deviation.message})
+        whole = deviating if "non-stream" in deviation.modes else reference.message
+        streamed = deviating if "stream" in deviation.modes else reference.message
+        expect[deviation.profile] = replace(
+            reference, message=whole, stream_message=streamed, deviation=f"{deviation.reason} ({deviation.link})",
+            stream_overrides=frozenset(name for name in MESSAGE_FIELDS if getattr(whole, name) != getattr(streamed, name)))
+    return expect
 
 
 def round_trip_loss(turn: ExpectedMessage, reference: Expectation) -> str | None:
