@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Callable
@@ -42,6 +43,8 @@ examples:
   conformance gate --no-expect                      # every legacy -> hf difference, unacknowledged
   conformance gate --baseline hf --candidate hf-rust   # vLLM's Python frontend -> its Rust frontend
   conformance gate --baseline hf --candidate hf-0.33   # a vLLM upgrade, 0.32 -> 0.33, with its shipped expectations
+  conformance gate --format gemma4                  # gemma4 + gemma4 -> hf on a Gemma 4 checkpoint (format-independent cases)
+  conformance gate --model ./ckpt --baseline-args "--tool-call-parser mistral --dtype bfloat16"
   conformance gate --baseline http://10.0.0.5:8000/v1 --baseline-model m --baseline-profile legacy \\
                    --candidate http://127.0.0.1:8001/v1 --candidate-model m --candidate-profile hf \\
                    --expect my-expectations.yaml
@@ -68,6 +71,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help=f"profile to launch or server URL (default: {default})")
         gate.add_argument(f"--{side}-model", metavar="NAME", help=f"model name the {side} URL serves")
         gate.add_argument(f"--{side}-profile", metavar="NAME", help=f"profile whose expectations apply to the {side} URL")
+        gate.add_argument(f"--{side}-args", metavar="ARGS", default="",
+                          help=f"extra arguments for the launched {side} server, one shell-quoted string (a format's "
+                               "parsers when it has no record; what a GPU deployment needs: --dtype, "
+                               "--max-model-len, --tensor-parallel-size); they come after the profile's own, so a "
+                               "flag given again wins")
     gate.add_argument("--model", metavar="DIR_OR_REPO",
                       help="checkpoint directory or Hub repo id for launched profiles (default: the tiny checkpoint, built)")
     gate.add_argument("--cases", type=Path, metavar="DIR", help="case directory (default: the shipped cases)")
@@ -288,13 +296,19 @@ def run_gate(args: argparse.Namespace) -> int:
         api_key = (os.environ.get(key_variable) if key_variable else None) or args.api_key or os.environ.get(
             "OPENAI_API_KEY") or "EMPTY"
         if "://" in target:
+            if getattr(args, f"{name}_args"):
+                return _error("gate", f"--{name}-args: the {name} is a URL, not a server the gate launches")
             if not (model and profile):
                 return _error("gate", f"--{name} URL needs --{name}-model and --{name}-profile")
             sides.append(GateSide(name, profile, base_url=target, model=model, fixture_variant=args.fixture_variant,
                                   api_key=api_key, format=args.format))
         elif target in launchable_profiles():
+            try:
+                extra_args = tuple(shlex.split(getattr(args, f"{name}_args")))
+            except ValueError as exc:
+                return _error("gate", f"--{name}-args: {exc}")
             sides.append(GateSide(name, target, fixture_variant=args.fixture_variant, api_key=api_key,
-                                  format=args.format))
+                                  format=args.format, extra_args=extra_args))
         else:
             return _error("gate", f"--{name}: {target!r} is neither a URL nor a profile "
                           f"({', '.join(launchable_profiles())})")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.formats.format import Format, Variant
+from conformance.formats.format import Deviation, Format, Variant
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 MARKER_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
@@ -131,6 +131,18 @@ def _closer_ends_with_anchor(template: dict[str, Any]) -> dict[str, Any]:
     return template
 
 
+# vLLM's qwen3 reasoning parser starts in reasoning when thinking is enabled (contract 3.7): a turn that opens
+# with no <think> block comes back as reasoning, what the format means as content. Both Python frontends.
+QWEN3_REASONING_PARSER = "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/reasoning/qwen3_engine_reasoning_parser.py"
+DEVIATIONS = tuple(
+    Deviation(profile, case, ("non-stream", "stream"), {"reasoning": reasoning, "content": None},
+              "the qwen3 reasoning parser reads text before any </think> as reasoning when thinking is enabled, "
+              "so an answer without a think block loses its content (docs/vllm-0.32-contract.md#3.7)",
+              QWEN3_REASONING_PARSER)
+    for profile in ("legacy", "legacy-0.33")
+    for case, reasoning in (("turn-content", "Hello there, how can I help?"), ("turn-content-then-call", "Let me check.\n"))
+)
+
 QWEN3_HERMES = Format(
     name="qwen3-hermes",
     description="Qwen3 / Hermes: <think> reasoning, <tool_call>{json}</tool_call> calls",
@@ -154,4 +166,5 @@ QWEN3_HERMES = Format(
         Variant("closer-ends-with-anchor", "the call closer ends with the next turn's start anchor",
                 _closer_ends_with_anchor),
     ),
+    deviations=DEVIATIONS,
 )

@@ -42,6 +42,7 @@ class GateSide:
     fixture_variant: str | None = None  # the tiny checkpoint's variant it serves (None: its profile record's)
     format: str = DEFAULT_FORMAT.name  # the response format its checkpoint writes (launched: its own parsers)
     api_key: str | None = field(default=None, repr=False)  # this side's own key (None: the gate's)
+    extra_args: tuple[str, ...] = ()  # a launched side's extra server arguments, after its profile's own
 
 
 @dataclass
@@ -66,7 +67,7 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
             continue
         try:
             launched[side.name] = start(served_profile(side.profile, FORMATS[side.format]), side.checkpoint,
-                                        log_dir=out_dir / side.name)
+                                        extra_args=side.extra_args, log_dir=out_dir / side.name)
         except BaseException as exc:  # a later side's set-up failed: the servers already started go too
             for process in launched.values():
                 process.stop()
