@@ -32,20 +32,20 @@ def test_the_round_trip_and_the_matrix_are_in_both_reports(tmp_path, tiny_checkp
     config = json.loads((tiny_checkpoint / "tokenizer_config.json").read_text())
     (no_chat_template / "tokenizer_config.json").write_text(json.dumps(config))  # the template lives in the .jinja
     done = audit(tmp_path, "--local", str(tiny_checkpoint), "--local", str(no_chat_template), "--examples", "40",
-                 "--seed", "3", "--implementations", "transformers-5.19.0,vllm-0.32",
+                 "--seed", "1", "--implementations", "transformers-5.19.0,vllm-0.32",
                  "--json", "audit.json", "--markdown", "audit.md")
     assert done.returncode == 0, done.stderr  # findings, like the audit's others, do not fail it
-    assert "round trip: seed 3" in done.stdout
+    assert "round trip: seed 1" in done.stdout
     tiny, other = _report(tmp_path / "audit.json")["checkpoints"]
     roundtrip = tiny["roundtrip"]
-    assert roundtrip["status"] == "ran" and roundtrip["seed"] == 3 and roundtrip["examples"] >= 40
-    codes = {failure["code"] for failure in roundtrip["failures"]}
+    assert roundtrip["status"] == "ran" and roundtrip["seed"] == 1 and roundtrip["examples"] >= 40
+    codes = {failure["code"] for failure in roundtrip["failures"]}  # seed 1 reaches both known kinds in 40
     assert "roundtrip-parse-error" in codes
     assert codes <= {finding["code"] for finding in tiny["findings"]}
     matrix = tiny["implementations"]
     assert matrix["implementations"] == ["transformers-5.19.0", "vllm-0.32"] and matrix["inputs"] > 40
     assert [entry["mode"] for entry in matrix["disagreements"]] == ["stream"]  # the malformed-call difference
-    assert other["roundtrip"] == {"status": "skipped", "reason": "no chat template", "seed": 3, "database": None, "examples_asked": 40,
+    assert other["roundtrip"] == {"status": "skipped", "reason": "no chat template", "seed": 1, "database": None, "examples_asked": 40,
                                   "examples": 0, "failures": []}
     assert other["implementations"]["status"] == "skipped"
     markdown = (tmp_path / "audit.md").read_text()

@@ -49,6 +49,7 @@ class CheckpointAudit:
     roundtrip: dict | None = None
     implementations: dict | None = None
     offline_findings: list[Finding] = field(default_factory=list)
+    model_type: str | None = None  # config.json's (None: no config.json, or none in it)
 
     def prediction(self, predictor: Predictor) -> Mapping[str, Any] | None:
         """A predictor's verdicts (None: the template could not be analysed). Files that cannot be read fail
@@ -90,8 +91,13 @@ class CheckpointAudit:
 
 def _analyze(audit: CheckpointAudit, tokenizer_config: dict) -> CheckpointAudit:
     audit.tokenizer_config = tokenizer_config
+    if checkpoint_files.MODEL_CONFIG in audit.file_paths:
+        try:
+            audit.model_type = checkpoint_files.read_model_type(audit.file_paths[checkpoint_files.MODEL_CONFIG])
+        except checkpoint_files.FetchError as exc:  # the tokenizer's files still say what they say
+            audit.warnings.append(f"{exc}: its model_type is not known")
     try:
-        audit.template = analyze_template(tokenizer_config)
+        audit.template = analyze_template(tokenizer_config, model_type=audit.model_type)
     except TemplateAnalysisTimeout as exc:
         audit.status, audit.error = TEMPLATE_TIMEOUT, str(exc)
     except TemplateTooExpensive as exc:

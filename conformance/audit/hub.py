@@ -1,7 +1,7 @@
 """Fetching checkpoint metadata from the Hugging Face Hub through huggingface_hub, concurrently.
 
-Per checkpoint: `tokenizer_config.json` (required) plus `chat_template.jinja` / `chat_template.json` when
-the repo has them. The standard Hub cache is used, so a checkpoint pinned to a commit that is already
+Per checkpoint: `tokenizer_config.json` (required) plus `chat_template.jinja` / `chat_template.json` and `config.json`
+(its `model_type`) when the repo has them. The standard Hub cache is used, so a checkpoint pinned to a commit that is already
 cached (including the cached absence of optional files) costs no HTTP request. Every failure becomes a
 status on that checkpoint; the others go on.
 
@@ -40,7 +40,7 @@ from conformance.formats.checkpoint_files import (
     too_large,
 )
 
-OPTIONAL_FILES = ("chat_template.jinja", "chat_template.json")
+OPTIONAL_FILES = ("chat_template.jinja", "chat_template.json", "config.json")
 DEFAULT_TIMEOUT_S = 10.0
 FILE_DEADLINE_FACTOR = 3  # each file, redirects and retries included, must arrive within 3 x the timeout
 DEFAULT_WORKERS = 16

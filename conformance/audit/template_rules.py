@@ -199,8 +199,9 @@ def _metadata_key(tokenizer_config: dict) -> str:
     return TEMPLATE_KEY if has_template else LEGACY_KEY if has_legacy else "none"
 
 
-def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
-    """The whole analysis in this process. Only for trusted input; see `analyze_template`."""
+def analyze_template_unbounded(tokenizer_config: dict, model_type: str | None = None) -> TemplateAnalysis:
+    """The whole analysis in this process (`model_type`: config.json's). Only for trusted input; see
+    `analyze_template`."""
     metadata_key = _metadata_key(tokenizer_config)
     present = TEMPLATE_KEY in tokenizer_config
     template = _resolve(tokenizer_config)
@@ -239,7 +240,7 @@ def analyze_template_unbounded(tokenizer_config: dict) -> TemplateAnalysis:
         if serving_error is not None and load_error is None:
             findings.append(Finding("not-servable", f"loads, but vLLM 0.32 serving rejects it: {serving_error}"))
     fields = set(loaded.fields) if loaded else set()
-    facts = TemplateFacts(template, tokenizer_config.get(TEMPLATE_KEY), serving_error, frozenset(fields))
+    facts = TemplateFacts(template, tokenizer_config.get(TEMPLATE_KEY), serving_error, frozenset(fields), model_type)
     return TemplateAnalysis(
         metadata_key=metadata_key,
         present=present,

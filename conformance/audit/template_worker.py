@@ -56,11 +56,11 @@ def serve_worker() -> None:
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
     while True:
         try:
-            tokenizer_config = _read_frame(requests)
+            tokenizer_config, model_type = _read_frame(requests)
         except EOFError:
             return
         try:
-            _write_frame(answers, ("ok", analyze_template_unbounded(tokenizer_config)))
+            _write_frame(answers, ("ok", analyze_template_unbounded(tokenizer_config, model_type)))
         except MemoryError:  # the regex compiler's request was refused: this process is still usable
             _write_frame(answers, ("too_expensive", f"analysing the response_template needed more than "
                                    f"{WORKER_MEMORY_BYTES // 2**20} MiB (a regex too expensive to compile)"))
@@ -91,13 +91,13 @@ class BoundedWorker:
             process.stdin.close()
             process.stdout.close()
 
-    def run(self, tokenizer_config: dict, timeout: float) -> TemplateAnalysis:
+    def run(self, tokenizer_config: dict, model_type: str | None, timeout: float) -> TemplateAnalysis:
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self.stop()
                 self._process = self._start()
             try:
-                _write_frame(self._process.stdin, tokenizer_config)
+                _write_frame(self._process.stdin, (tokenizer_config, model_type))
                 ready, _, _ = select.select([self._process.stdout], [], [], timeout)
                 if not ready:
                     self.stop()
@@ -120,11 +120,13 @@ WORKER = BoundedWorker()
 atexit.register(WORKER.stop)
 
 
-def analyze_template(tokenizer_config: dict, timeout: float = ANALYSIS_TIMEOUT_S) -> TemplateAnalysis:
-    """Analyse the metadata of one tokenizer_config.json, bounded in time (raises TemplateAnalysisTimeout) and
-    memory (raises TemplateTooExpensive), in a worker process (`conformance.audit.template_worker`)."""
+def analyze_template(tokenizer_config: dict, timeout: float = ANALYSIS_TIMEOUT_S,
+                     model_type: str | None = None) -> TemplateAnalysis:
+    """Analyse the metadata of one tokenizer_config.json (and config.json's `model_type`), bounded in time
+    (raises TemplateAnalysisTimeout) and memory (raises TemplateTooExpensive), in a worker process
+    (`conformance.audit.template_worker`)."""
 
-    return WORKER.run(tokenizer_config, timeout)
+    return WORKER.run(tokenizer_config, model_type, timeout)
 
 
 def predict_vllm_startup(tokenizer_config: dict) -> dict[str, StartupVerdict]:

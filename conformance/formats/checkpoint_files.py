@@ -13,6 +13,7 @@ from conformance.util.files import FileTooLarge
 from conformance.util.safe_yaml import UnreadableFile, read_text
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
+MODEL_CONFIG = "config.json"  # its `model_type` changes what a server does (vLLM 0.32: gpt_oss means harmony)
 MAX_FILE_BYTES = 5 * 1024 * 1024
 OK = "ok"  # a checkpoint fetched and read; otherwise it ends in one of these failure kinds:
 NOT_FOUND, UNAUTHORIZED, GATED = "not_found", "unauthorized", "gated"
@@ -91,3 +92,10 @@ def too_large(filename: str, size: int | None) -> FetchError | None:
     if size is not None and size > MAX_FILE_BYTES:
         return FetchError(TOO_LARGE, f"{filename} is {size} bytes, over the {MAX_FILE_BYTES}-byte limit")
     return None
+
+
+def read_model_type(path: Path) -> str | None:
+    """The `model_type` of a checkpoint's config.json (None: it has none); FetchError as `read_json_file`."""
+    data = read_json_file(path, MODEL_CONFIG)
+    value = data.get("model_type") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None

@@ -19,6 +19,7 @@ class TemplateFacts:
     raw_template: object  # the value as it stands in tokenizer_config.json (absent: None)
     serving_error: str | None  # the loader's or the serving check's message (None: it loads and serves)
     fields: frozenset[str]  # the fields the loaded template has
+    model_type: str | None = None  # config.json's, where the server decides by it (None: unknown or none)
 
 
 @dataclass(frozen=True)

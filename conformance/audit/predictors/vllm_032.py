@@ -25,6 +25,12 @@ MISSING_TEMPLATE = "The hf parser requires `response_template` metadata in the t
 INVALID_PREFIX = "Invalid response_template metadata: "
 THINKING_REQUIRED = "--reasoning-parser hf requires a response_template with a thinking field"
 TOOL_CALLS_REQUIRED = "--tool-call-parser hf requires a response_template with a tool_calls field"
+# A checkpoint whose config.json says `model_type: gpt_oss` is served through vLLM's harmony parser, which
+# takes only its own parsers (vllm/parser/harmony.py, checked at start-up by parser_manager.py's
+# validate_parser_tokenizer once the hf parsers themselves were built): the reasoning parser is checked first.
+HARMONY_MODEL_TYPES = frozenset({"gpt_oss"})
+HARMONY_REASONING = "Harmony requires GptOssReasoningParser, got ResponseTemplateReasoningParser."
+HARMONY_TOOLS = "Harmony requires GptOssToolParser, got ResponseTemplateToolParser."
 
 
 @dataclass(frozen=True)
@@ -38,9 +44,10 @@ class StartupVerdict:
 def python_verdicts(template: dict | None, serving_error: str | None, fields: Collection[str],
                     engine_missing: str = MISSING_TEMPLATE,
                     frontend_missing: Callable[[bool, bool], str] = lambda reasoning, tools: MISSING_TEMPLATE,
-                    ) -> dict[str, StartupVerdict]:
+                    harmony: bool = False) -> dict[str, StartupVerdict]:
     """The first error each configuration hits, in vLLM 0.32's order (contract 1.4), with a release's texts
-    for a missing template (the engine's; the frontend's given whether it validates for reasoning, tools).
+    for a missing template (the engine's; the frontend's given whether it validates for reasoning, tools);
+    `harmony`: the checkpoint is served through the harmony parser, which then refuses the hf parsers.
 
     `--reasoning-parser hf` first fails in the engine config (`_serving_template`, raw message); the
     frontend (`validate_tokenizer_response_template`) then prefixes loader errors and checks the fields.
@@ -59,9 +66,9 @@ def python_verdicts(template: dict | None, serving_error: str | None, fields: Co
 
     engine = engine_error(template, serving_error, engine_missing)
     errors = {
-        "tool_call_parser_hf": frontend(reasoning=False, tools=True),
-        "reasoning_parser_hf": engine or frontend(reasoning=True, tools=False),
-        "both": engine or frontend(reasoning=True, tools=True),
+        "tool_call_parser_hf": frontend(reasoning=False, tools=True) or (HARMONY_TOOLS if harmony else None),
+        "reasoning_parser_hf": engine or frontend(reasoning=True, tools=False) or (HARMONY_REASONING if harmony else None),
+        "both": engine or frontend(reasoning=True, tools=True) or (HARMONY_REASONING if harmony else None),
     }
     return {name: StartupVerdict(starts=error is None, error=error) for name, error in errors.items()}
 
@@ -72,7 +79,8 @@ def engine_error(template: dict | None, serving_error: str | None, missing: str 
 
 
 PREDICTORS = (
-    Predictor("vllm_0_32", "startup", lambda facts: python_verdicts(facts.template, facts.serving_error, facts.fields)),
+    Predictor("vllm_0_32", "startup", lambda facts: python_verdicts(
+        facts.template, facts.serving_error, facts.fields, harmony=facts.model_type in HARMONY_MODEL_TYPES)),
     Predictor("vllm_0_32_rust", "outcome", lambda facts: rust_verdicts(
         facts.raw_template, engine_error(facts.template, facts.serving_error))),  # `vllm-rs serve` (predictors/vllm_rs.py)
 )
