@@ -47,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         return exit_codes.ERROR
     try:
         return args.func(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print("interrupted", file=sys.stderr)
-        return exit_codes.ERROR
+        return exit_codes.stopped_by(exit_codes.signal_of(stop))
 
 
 if __name__ == "__main__":

@@ -402,7 +402,8 @@ def test_an_answer_is_recorded_as_soon_as_it_came_back_not_when_its_case_is_done
         running.join(15)
 
 
-def test_an_interrupted_run_still_reports_what_it_had_judged(cases_dir, tmp_path):
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_run_still_reports_what_it_had_judged(cases_dir, tmp_path, stop):
     import signal
     import subprocess
     import sys
@@ -422,9 +423,9 @@ def test_an_interrupted_run_still_reports_what_it_had_judged(cases_dir, tmp_path
             if results.is_file() and len(results.read_text().splitlines()) == 3:  # the header and 2 results
                 break
             time.sleep(0.1)
-        process.send_signal(signal.SIGINT)
+        process.send_signal(getattr(signal, stop))
         stdout, stderr = process.communicate(timeout=30)
-    assert process.returncode == 2, stderr
+    assert process.returncode == {"SIGINT": 130, "SIGTERM": 143}[stop], stderr
     assert "interrupted after 2 of 4 results" in stderr
     report = (out / "report.md").read_text()
     assert "interrupted after 2 of 4 results" in report and "2 results: 2 pass" in report

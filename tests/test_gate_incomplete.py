@@ -63,7 +63,8 @@ def test_a_result_without_its_answer_counts_as_not_recorded(every_kind):
 
 def test_an_interrupted_gate_is_an_error_naming_how_it_stopped(every_kind):
     verdict = build_gate(*every_kind, interrupted="SIGTERM")["verdict"]
-    assert verdict["exit_code"] == 2 and verdict["line"].startswith("interrupted (SIGTERM)")
+    assert verdict["exit_code"] == 143 and verdict["line"].startswith("interrupted (SIGTERM)")
+    assert build_gate(*every_kind, interrupted="SIGINT")["verdict"]["exit_code"] == 130
 
 
 def test_the_gates_progress_shows_both_sides(cases_dir, tmp_path, capsys):  # noqa: F811 (the fixture)

@@ -101,7 +101,7 @@ def test_the_readme_main_command_launches_both_servers_and_gates_the_switch(tmp_
 @pytest.mark.vllm
 def test_a_launched_gate_interrupted_midway_writes_its_record_and_leaves_no_server(tmp_path):
     """Ctrl-C once real vLLM answers: both servers (and their engines) stop, and the gate of what was
-    recorded is written, stamped interrupted, with exit 2."""
+    recorded is written, stamped interrupted, with exit 130."""
     from conformance.servers.launch import descendant_pids, pid_alive
 
     gate = subprocess.Popen([sys.executable, "-m", "conformance", "gate", "--out", str(tmp_path / "g")], cwd=tmp_path,
@@ -115,7 +115,7 @@ def test_a_launched_gate_interrupted_midway_writes_its_record_and_leaves_no_serv
     servers = descendant_pids(gate.pid)
     gate.send_signal(signal.SIGINT)
     stdout, stderr = gate.communicate(timeout=120)
-    assert gate.returncode == 2, stderr[-3000:]
+    assert gate.returncode == 130, stderr[-3000:]
     record = json.loads((tmp_path / "g" / "gate.json").read_text())
     assert record["interrupted"] == "SIGINT" and record["verdict"]["outcome"] == "error"
     assert record["sides"]["candidate"]["stamp"]["completion"].startswith("interrupted after ")

@@ -512,18 +512,18 @@ def test_ctrl_c_during_a_stalled_side_request_stops_within_seconds_and_writes_th
         took = interrupt_when(process, lambda: results.is_file() and len(results.read_text().splitlines()) >= 3)
         stderr = process.stderr.read()
     assert took < 5, took
-    assert process.returncode == 2 and "Traceback" not in stderr, stderr[-2000:]
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
     assert "interrupted after 2 of 4 results" in (tmp_path / "out/report.md").read_text()
 
 
-def test_ctrl_c_before_the_first_answer_is_a_clean_exit_2_with_a_report_saying_nothing_was_judged(tmp_path) -> None:
+def test_ctrl_c_before_the_first_answer_is_a_clean_exit_130_with_a_report_saying_nothing_was_judged(tmp_path) -> None:
     cases = case_dir(tmp_path, "c")
     with scripted_server(chat_routes({}, {("GET", "/version"): stalled})) as server:
         process = start_run(server, cases, tmp_path / "out")
         took = interrupt_when(process, lambda: ("GET", "/version") in server.hits)
         stderr = process.stderr.read()
     assert took < 5, took
-    assert process.returncode == 2 and "Traceback" not in stderr, stderr[-2000:]
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
     assert "nothing was judged (0 of 2 results)" in (tmp_path / "out/report.md").read_text()
 
 
@@ -538,7 +538,7 @@ def test_ctrl_c_in_audit_writes_the_json_report_of_the_checkpoints_done(hostile_
     took = interrupt_when(process, lambda: partial.is_file() and partial.read_text().strip() != "")
     stderr = process.stderr.read()
     assert took < 5, took
-    assert process.returncode == 2 and "Traceback" not in stderr, stderr[-2000:]
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr[-2000:]
     written = json.loads(report.read_text())
     assert written["complete"] is False
     assert [(c["id"], c["status"]) for c in written["checkpoints"]] == [("t/fine", "ok")]

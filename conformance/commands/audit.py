@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
                 writer.interrupt()
                 print(f"interrupted after {len(writer.audits)} of {len(args.local) + len(entries)} checkpoints; "
                       "the reports hold those", file=sys.stderr)
-                return exit_codes.ERROR
+                return exit_codes.INTERRUPTED
         report = writer.finish()
     except OSError as exc:
         print(f"error: cannot write the report: {exc}", file=sys.stderr)

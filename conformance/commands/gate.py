@@ -346,13 +346,7 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
     print(f"gate: {sides[0].profile} -> {sides[1].profile} on the {sides[0].format} format, {len(cases)} cases; "
           f"writing to {out_dir}", file=sys.stderr)
     print(f"expectations: {source['file'] or 'none'} ({source['note']})", file=sys.stderr)
-    stopped_by = ["SIGINT"]  # what interrupted the gate, if something does (Ctrl-C unless SIGTERM says otherwise)
-
-    def interrupt_on_sigterm(signum: int, frame: object) -> None:
-        stopped_by[0] = "SIGTERM"
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt_on_sigterm)  # unwind as on Ctrl-C: launched servers are stopped
+    signal.signal(signal.SIGTERM, exit_codes.raise_terminated)  # unwind as on Ctrl-C: launched servers are stopped
     try:
         with targets_for(sides, out_dir, api_key="EMPTY", timeout=args.timeout,
                          forcing=forcing_fields(args.forcing), meanwhile=_import_reports) as (runs, release):
@@ -363,13 +357,14 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
             return _finish(build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source), out_dir)
     except GateSetupError as exc:
         return _error("gate", str(exc))
-    except KeyboardInterrupt:  # every server is stopped by now: the gate of what was recorded
+    except KeyboardInterrupt as stop:  # every server is stopped by now: the gate of what was recorded
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         recordings = [_recorded_so_far(out_dir, side) for side in sides]
         write_side_reports(out_dir, recordings)
-        print(f"gate: interrupted ({stopped_by[0]}): the gate of what was recorded follows", file=sys.stderr)
+        signal_name = exit_codes.signal_of(stop)
+        print(f"gate: interrupted ({signal_name}): the gate of what was recorded follows", file=sys.stderr)
         return _finish(build_gate(*recordings, entries, strict=args.strict, expectations=source,
-                                  interrupted=stopped_by[0]), out_dir)
+                                  interrupted=signal_name), out_dir)
 
 
 def _recorded_so_far(out_dir: Path, side: Any) -> Any:

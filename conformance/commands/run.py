@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
                             f"(known: {', '.join(sorted(known_profiles(suite)))})")
     if not cases:
         return _usage_error("no case matches the selection")
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # unwind: a launched server is stopped
+    signal.signal(signal.SIGTERM, exit_codes.raise_terminated)  # unwind: a launched server is stopped
     try:
         out_dir = args.out or fresh_directory(Path("reports"), "run")
         with claimed_directory(out_dir, recorded_files(), args.replace), _target(args, out_dir) as (target, markers):
@@ -161,8 +161,9 @@ def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out
             cases, target, out_dir, concurrency=args.concurrency, repeat=args.repeat, natural=args.natural,
             markers=markers, progress=True, allowed_skips=args.allow_skip,
         )  # fmt: skip
-    except KeyboardInterrupt:
-        return _report_interrupted_run(out_dir, expected=request_count(cases, args.repeat), target=target)
+    except KeyboardInterrupt as stop:
+        _report_interrupted_run(out_dir, expected=request_count(cases, args.repeat), target=target)
+        return exit_codes.stopped_by(exit_codes.signal_of(stop))
     paths = write_reports(out_dir, output.results, output.stamp, output.transcripts)
     for kind, path in paths.items():
         print(f"{kind}: {path}")
@@ -192,7 +193,7 @@ def problem_lines(results: list[Any], width: int = 160) -> list[str]:
     return (["failures and errors:", *lines] if lines else [])
 
 
-def _report_interrupted_run(out_dir: Path, expected: int, target: Any) -> int:
+def _report_interrupted_run(out_dir: Path, expected: int, target: Any) -> None:
     """Reports from what an interrupted run had already written (results are flushed as judged); interrupted
     before any answer was recorded, the reports say that nothing was judged."""
     from conformance.record.run_dir import recorded_so_far
@@ -208,7 +209,6 @@ def _report_interrupted_run(out_dir: Path, expected: int, target: Any) -> int:
                                                                                      completion=completion)
     for kind, path in write_reports(out_dir, results, stamp, transcripts).items():
         print(f"{kind} (partial): {path}")
-    return exit_codes.ERROR
 
 
 class TargetError(Exception):
@@ -257,7 +257,3 @@ def _directory_digest(directory: Path) -> str:
     for path in sorted(p for p in directory.rglob("*") if p.is_file()):
         digest.update(str(path.relative_to(directory)).encode() + b"\0" + path.read_bytes())
     return "sha256:" + digest.hexdigest()[:16]
-
-
-def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt

@@ -5,7 +5,7 @@ all in one `gate.json` record (format: docs/gate-format.md) that every gate repo
 compare` of its two recordings produce the same differences. Verdict: exit 1 on any unacknowledged
 difference and on any case that newly fails or errors under the candidate; 2 when nothing could be
 compared or the baseline itself could not be judged (an `error` there hides what the candidate does);
-0 otherwise. Stale acknowledgements are reported, and fail only with `strict`.
+130 (SIGINT) or 143 (SIGTERM) for a live gate interrupted before both sides finished; 0 otherwise. Stale acknowledgements are reported, and fail only with `strict`.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _verdict(pairs: Sequence[Pair], matched: Sequence[tuple[Difference, Acknowle
     incomplete = "; ".join(f"{len(names)} case x mode not recorded under the {side} (e.g. {names[0]})"
                            for side, names in missing.items() if names)
     if interrupted:
-        outcome, code = "error", exit_codes.ERROR
+        outcome, code = "error", exit_codes.stopped_by(interrupted)
         line = f"interrupted ({interrupted}) before both sides finished: " + (incomplete or line)
     elif not compared:
         outcome, code = "error", exit_codes.ERROR

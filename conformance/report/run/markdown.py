@@ -66,10 +66,11 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
 
 
 def _heading(summary: Summary, completion: str) -> str:
-    """The verdict the exit code gives: pass (0), fail (1), or error (2) with why; an unfinished run is an error."""
-    verdict, reason = summary.verdict, summary.verdict_reason
+    """The verdict the exit code gives: pass (0), fail (1), or error (2) with why; an unfinished run is an error
+    with no code named (the signal that stopped it chose the code: 130 or 143)."""
     if completion != "complete":
-        verdict, reason = ERROR, completion
+        return f"# {ICONS[ERROR]} Conformance run: {ERROR}: {_cell(completion)}"
+    verdict, reason = summary.verdict, summary.verdict_reason
     code = {PASS: exit_codes.OK, FAIL: exit_codes.FAILED}.get(verdict, exit_codes.ERROR)
     return f"# {ICONS[verdict]} Conformance run: {verdict} (exit {code})" + (f": {_cell(reason)}" if reason else "")
 
