@@ -111,6 +111,7 @@ def test_a_report_that_cannot_be_written_exits_2_naming_the_path(tmp_path: Path)
 @pytest.mark.parametrize("arguments, environment, message", [
     (["--timeout", "0"], {}, "error: --timeout must be a positive number of seconds"),
     ([], {"HF_HUB_ETAG_TIMEOUT": "soon"}, "error: HF_HUB_ETAG_TIMEOUT='soon' is not a positive number of seconds"),
+    ([], {"HF_HUB_DOWNLOAD_TIMEOUT": "-1"}, "error: HF_HUB_DOWNLOAD_TIMEOUT='-1' is not a positive number of seconds"),
 ])
 def test_bad_timeouts_are_usage_errors(tmp_path: Path, arguments: list[str], environment: dict[str, str],
                                        message: str) -> None:

@@ -141,7 +141,7 @@ def test_token_is_sent_and_never_shown(hub_url: HubServer, tmp_path: Path, monke
 
 
 def test_settings_follow_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_ETAG_TIMEOUT", "HF_TOKEN"):
+    for name in ("HF_HUB_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", *hub.TIMEOUT_VARIABLES, "HF_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9/")
@@ -157,6 +157,46 @@ def test_settings_follow_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_pa
         monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", bad)
         with pytest.raises(ValueError, match=f"HF_HUB_ETAG_TIMEOUT='{bad}' is not a positive number of seconds"):
             HubSettings.from_env()
+
+
+def timeout_under(environment: dict[str, str], timeout: float | None = None) -> float:
+    """HubSettings.from_env's timeout with exactly these of the two timeout variables set. (huggingface_hub reads
+    them once, as whole seconds, when first imported: a fraction must not be set then.)"""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in hub.TIMEOUT_VARIABLES:
+            patch.delenv(name, raising=False)
+        for name, value in environment.items():
+            patch.setenv(name, value)
+        return HubSettings.from_env(timeout).timeout
+
+
+@pytest.mark.parametrize("environment, timeout", [
+    ({}, hub.DEFAULT_TIMEOUT_S),
+    ({"HF_HUB_ETAG_TIMEOUT": "3"}, 3.0),
+    ({"HF_HUB_DOWNLOAD_TIMEOUT": "30"}, 30.0),
+    ({"HF_HUB_DOWNLOAD_TIMEOUT": "2.5"}, 2.5),  # set alone, it is the timeout even below the default
+    ({"HF_HUB_ETAG_TIMEOUT": "3", "HF_HUB_DOWNLOAD_TIMEOUT": "30"}, 30.0),
+    ({"HF_HUB_ETAG_TIMEOUT": "30", "HF_HUB_DOWNLOAD_TIMEOUT": "3"}, 30.0),
+])
+def test_the_timeout_is_the_larger_of_the_etag_and_download_timeouts_set(environment, timeout) -> None:
+    assert timeout_under(environment) == timeout
+    assert timeout_under(environment, timeout=7.0) == 7.0  # --timeout wins
+
+
+def test_a_bad_download_timeout_is_named() -> None:
+    with pytest.raises(ValueError, match="HF_HUB_DOWNLOAD_TIMEOUT='soon' is not a positive number of seconds"):
+        timeout_under({"HF_HUB_ETAG_TIMEOUT": "3", "HF_HUB_DOWNLOAD_TIMEOUT": "soon"})
+
+
+def test_an_answer_slower_than_the_etag_timeout_arrives_within_the_download_timeout(hub_url: HubServer,
+                                                                                   tmp_path: Path) -> None:
+    hub_url.add_repo("t/lagging", {"tokenizer_config.json": CONFIG}, mode=hub_server.SLOW, delay_s=0.5)
+    etag_only = timeout_under({"HF_HUB_ETAG_TIMEOUT": "0.2"})
+    with_download = timeout_under({"HF_HUB_ETAG_TIMEOUT": "0.2", "HF_HUB_DOWNLOAD_TIMEOUT": "2"})
+    cut = fetch_checkpoint("t/lagging", "main", settings(hub_url, tmp_path / "a", timeout=etag_only))
+    assert cut.status == hub.TIMEOUT, cut.error
+    arrived = fetch_checkpoint("t/lagging", "main", settings(hub_url, tmp_path / "b", timeout=with_download))
+    assert (arrived.status, arrived.tokenizer_config) == ("ok", json.loads(CONFIG))
 
 
 def test_a_body_truncated_once_is_downloaded_again(hub_url: HubServer, tmp_path: Path) -> None:

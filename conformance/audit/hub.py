@@ -6,7 +6,7 @@ cached (including the cached absence of optional files) costs no HTTP request. E
 status on that checkpoint; the others go on.
 
 Environment, read at call time: HF_TOKEN (never printed), HF_ENDPOINT, HF_HUB_CACHE / HF_HOME,
-HF_HUB_OFFLINE, HF_HUB_ETAG_TIMEOUT (seconds to wait for the Hub's first answer).
+HF_HUB_OFFLINE, HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT (see `hub_timeout`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from conformance.formats.checkpoint_files import (
 
 OPTIONAL_FILES = ("chat_template.jinja", "chat_template.json", "config.json")
 DEFAULT_TIMEOUT_S = 10.0
+TIMEOUT_VARIABLES = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")
 FILE_DEADLINE_FACTOR = 3  # each file, redirects and retries included, must arrive within 3 x the timeout
 DEFAULT_WORKERS = 16
 TOKEN_HINT = "set HF_TOKEN to a token that can read it; for a gated repo, accept its terms on the Hub first"
@@ -63,13 +64,22 @@ class HubSettings:
             endpoint=(env.get("HF_ENDPOINT") or "").rstrip("/") or None,
             cache_dir=env.get("HF_HUB_CACHE") or os.path.join(home, "hub"),
             offline=(env.get("HF_HUB_OFFLINE") or env.get("TRANSFORMERS_OFFLINE") or "").upper() in {"1", "ON", "YES", "TRUE"},
-            timeout=timeout if timeout is not None else _seconds("HF_HUB_ETAG_TIMEOUT", DEFAULT_TIMEOUT_S),
+            timeout=timeout if timeout is not None else hub_timeout(),
             token=env.get("HF_TOKEN") or None,
         )
 
 
-def _seconds(variable: str, default: float) -> float:
-    value = os.environ.get(variable) or str(default)
+def hub_timeout() -> float:
+    """Seconds to wait for the Hub's answer (`--timeout` unless given): the larger of HF_HUB_ETAG_TIMEOUT
+    (huggingface_hub's wait for a file's metadata) and HF_HUB_DOWNLOAD_TIMEOUT (its wait for the file) among
+    those set, else DEFAULT_TIMEOUT_S. One value bounds every request of a file here and its deadline, so the
+    slower of the two waits huggingface_hub is told to allow is never cut short."""
+    return max((_seconds(variable) for variable in TIMEOUT_VARIABLES if os.environ.get(variable)),
+               default=DEFAULT_TIMEOUT_S)
+
+
+def _seconds(variable: str) -> float:
+    value = os.environ[variable]
     try:
         seconds = float(value)
     except ValueError:

@@ -24,7 +24,8 @@ message when it does not). vLLM itself is not needed.
 
 Checkpoints come from REPO[@REVISION] arguments, --checkpoints FILE (default: ./checkpoints.yaml when no
 checkpoint is named) and --local DIR. Hub access uses huggingface_hub and honours HF_TOKEN, HF_ENDPOINT,
-HF_HOME / HF_HUB_CACHE and HF_HUB_OFFLINE; a commit already in the cache costs no request.
+HF_HOME / HF_HUB_CACHE, HF_HUB_OFFLINE, HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT (see --timeout); a commit
+already in the cache costs no request.
 
 Exit 1 when a checkpoint misses its `expect`, or its files are broken (invalid JSON, over 5 MB, nested over
 100 levels, a template too expensive to analyse); exit 2 when a checkpoint cannot be reached (not found,
@@ -49,8 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, metavar="N",
                         help=f"concurrent Hub fetches (default {DEFAULT_WORKERS})")
     parser.add_argument("--timeout", type=float, metavar="SECONDS",
-                        help="seconds to wait for the Hub's answer (default: HF_HUB_ETAG_TIMEOUT or 10); each file, "
-                             "retries included, must arrive within 3 times this")
+                        help="seconds to wait for the Hub's answer (default: the larger of HF_HUB_ETAG_TIMEOUT and "
+                             "HF_HUB_DOWNLOAD_TIMEOUT among those set, else 10); each file, retries included, must "
+                             "arrive within 3 times this")
     from conformance.audit.offline import DEFAULT_EXAMPLES, DEFAULT_SEED
 
     parser.add_argument("--examples", type=int, default=DEFAULT_EXAMPLES, metavar="N",
