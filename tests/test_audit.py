@@ -108,6 +108,35 @@ def test_a_report_that_cannot_be_written_exits_2_naming_the_path(tmp_path: Path)
     assert "Traceback" not in completed.stderr
 
 
+def test_fail_on_findings_makes_a_checkpoint_with_a_finding_fail_the_audit(tmp_path: Path) -> None:
+    clean = write_config(tmp_path / "clean", fixture_tokenizer_configs()[GEMMA4])
+    legacy = write_config(tmp_path / "legacy", {"response_schema": {"type": "object"}})  # vLLM 0.32 ignores it
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("HF_")}
+
+    def audit(*args: str, **env: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "conformance", "audit", "--examples", "0", "--json", "audit.json",
+                               *args], capture_output=True, text=True, cwd=tmp_path, env={**environment, **env})
+
+    both = ("--local", str(clean), "--local", str(legacy))
+    completed = audit(*both)
+    assert completed.returncode == exit_codes.OK, completed.stderr  # findings alone do not fail an audit
+    findings = {checkpoint["id"]: checkpoint["findings"] for checkpoint in by_id(json.loads(
+        (tmp_path / "audit.json").read_text())).values()}
+    assert findings[str(clean)] == [] and findings[str(legacy)] != []
+    assert "--fail-on-findings" not in completed.stderr
+    completed = audit(*both, "--fail-on-findings")
+    assert completed.returncode == exit_codes.FAILED
+    assert "--fail-on-findings: 1 of 2 checkpoints had findings" in completed.stderr
+    completed = audit("--local", str(clean), "--fail-on-findings")
+    assert completed.returncode == exit_codes.OK and "had findings" not in completed.stderr
+    # a checkpoint that cannot be reached (not cached while offline) still makes it exit 2
+    completed = audit(*both, f"t/absent@{'0' * 40}", "--fail-on-findings", HF_HUB_OFFLINE="1",
+                      HF_HUB_CACHE=str(tmp_path / "empty"))
+    assert completed.returncode == exit_codes.ERROR
+    assert "--fail-on-findings: 1 of 3 checkpoints had findings" in completed.stderr
+    assert "--fail-on-findings" in audit("--help").stdout
+
+
 @pytest.mark.parametrize("arguments, environment, message", [
     (["--timeout", "0"], {}, "error: --timeout must be a positive number of seconds"),
     ([], {"HF_HUB_ETAG_TIMEOUT": "soon"}, "error: HF_HUB_ETAG_TIMEOUT='soon' is not a positive number of seconds"),

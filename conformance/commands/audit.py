@@ -28,9 +28,11 @@ HF_HOME / HF_HUB_CACHE, HF_HUB_OFFLINE, HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_
 already in the cache costs no request.
 
 Exit 1 when a checkpoint misses its `expect`, or its files are broken (invalid JSON, over 5 MB, nested over
-100 levels, a template too expensive to analyse); exit 2 when a checkpoint cannot be reached (not found,
+100 levels, a template too expensive to analyse); findings (template rules, round trip, implementations side by
+side) do too with --fail-on-findings, and only then. Exit 2 when a checkpoint cannot be reached (not found,
 unauthorized, gated, Hub error, timeout, network, not cached while offline) or its files cannot be read, on
-bad input, or when a report cannot be written.
+bad input, or when a report cannot be written; exit 130 on Ctrl-C, after writing the reports of the checkpoints
+done.
 """
 
 
@@ -67,6 +69,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="parse the round trip's outputs and every shipped case's forced output with these "
                              "implementations (transformers-5.16.1 ... transformers-5.24.0, vllm-0.32, vllm-0.33, "
                              "sglang-0.5.23; `transformers` = every release) and report where they disagree")
+    parser.add_argument("--fail-on-findings", action="store_true",
+                        help="exit 1 when any checkpoint has a finding, saying on standard error how many had one")
     parser.set_defaults(func=run)
 
 
@@ -181,8 +185,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {path}", file=sys.stderr)
 
     audits = writer.audits
+    failing_findings = [a for a in audits if a.findings] if args.fail_on_findings else []
+    if failing_findings:
+        print(f"--fail-on-findings: {len(failing_findings)} of {len(audits)} checkpoints had findings", file=sys.stderr)
     if any(a.status != OK and a.status not in CHECKPOINT_FAULTS for a in audits):
         return exit_codes.ERROR
-    if any(a.status in CHECKPOINT_FAULTS or a.unmet_expectations for a in audits):
+    if failing_findings or any(a.status in CHECKPOINT_FAULTS or a.unmet_expectations for a in audits):
         return exit_codes.FAILED
     return exit_codes.OK
