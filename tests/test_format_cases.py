@@ -21,26 +21,49 @@ from conformance.run.engine import other_format
 from conformance.run.judge import judge
 from conformance.servers.profiles import PROFILES, served_profile
 from conformance.suite.cases import load_suite
-from conformance.suite.format_cases import in_format, round_trip_loss
+from conformance.suite.format_cases import delimiter_texts, in_format, round_trip_loss
 
 TURNS = [case for case in load_suite() if case.turn is not None]
 
 
+# the shipped turns a format cannot express (every other one renders and parses back)
+GPT_OSS_EXPRESSES = {"turn-content", "turn-reasoning-then-content", "turn-reasoning-closer-in-content"}
+SKIPPED = {
+    "cohere-command": {case.id for case in TURNS},  # no chat template known
+    "gpt-oss": {case.id for case in TURNS} - GPT_OSS_EXPRESSES,  # its two templates disagree about calls
+    # transformers' json parser cannot read a call region cut at the closer inside its argument
+    "qwen3-hermes": {"turn-call-closer-in-argument"}, "gemma4": {"turn-call-closer-in-argument"},
+}
+
+
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_every_turn_round_trips_in_every_format_or_is_a_skip_that_says_why(name: str) -> None:
-    expressed = 0
+    skipped = set()
     for case in in_format(TURNS, FORMATS[name]):
         reference = case.reference
         if reference.skip is not None:
             assert case.force is None and f"the {name} format cannot express this turn: " in reference.skip
+            skipped.add(case.id)
             continue
-        expressed += 1
-        assert case.format == name and case.force and round_trip_loss(case.turn, reference) is None
+        assert case.format == name and case.force
+        if case.shape is None and "{{" not in json.dumps(case.request) + repr(case.turn):
+            assert round_trip_loss(case.turn, reference) is None
         for end in FORMATS[name].end_tokens:
             assert not case.force.endswith(end), (name, case.id)  # the server generates the end itself
-    # the formats with a chat template express every shipped turn, but gpt-oss's calls (its two templates disagree)
-    expected = {"cohere-command": 0, "gpt-oss": 2}.get(name, len(TURNS))
-    assert expressed == expected, name
+    assert skipped == SKIPPED.get(name, set()), name
+
+
+def test_a_turn_names_the_formats_own_delimiters_and_a_shape_cuts_its_rendered_text() -> None:
+    assert delimiter_texts(FORMATS["qwen3-hermes"]) == {"reasoning_close": "</think>", "call_close": "</tool_call>"}
+    assert delimiter_texts(FORMATS["gemma4"]) == {"reasoning_close": "<channel|>", "call_close": "<tool_call|>"}
+    assert delimiter_texts(FORMATS["qwen3-xml"])["call_close"] == "</tool_call>"  # a token in its close pattern
+    cases = {case.id: case for case in in_format(TURNS, FORMATS["qwen3-xml"])}
+    closer = cases["turn-call-closer-in-argument"]
+    assert "the tag </tool_call> ends a call" in closer.force
+    assert closer.reference.message.tool_calls[0].arguments == {"text": "the tag </tool_call> ends a call"}
+    unclosed = {case.id: case for case in in_format(TURNS, FORMATS["qwen3-hermes"])}["turn-unclosed-call"]
+    assert unclosed.force.endswith('{"city": "Rome"}}\n') and "</tool_call>" not in unclosed.force
+    assert [call.name for call in unclosed.reference.message.tool_calls] == ["get_weather"]  # the format's parse
 
 
 def test_gpt_oss_calls_are_skipped_because_its_two_templates_disagree() -> None:
