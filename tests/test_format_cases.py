@@ -164,3 +164,25 @@ def test_the_audit_reads_model_type_and_predicts_harmony_refusing_hf(tmp_path: P
     (checkpoint / "config.json").write_text("{not json")
     unread = audit_local(checkpoint)
     assert unread.model_type is None and any("config.json" in warning for warning in unread.warnings)
+
+
+def test_the_audit_names_a_shipped_format_by_its_chat_template_and_says_where_a_template_comes_from(tmp_path):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<turn|>"}))
+    (bare / "chat_template.jinja").write_text(FORMATS["gemma4"].chat_template + "\n")  # whitespace aside
+    audit = audit_local(bare)
+    assert audit.known_format == "gemma4" and not audit.vllm_0_32["both"].starts
+    known = next(finding for finding in audit.findings if finding.code == "known-format")
+    assert "--write-template" in known.message
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "tokenizer_config.json").write_text(json.dumps({"response_template": FORMATS["gemma4"].response_template,
+                                                             "chat_template": FORMATS["gemma4"].chat_template}))
+    audit = audit_local(served)
+    assert audit.known_format == "gemma4" and audit.vllm_0_32["both"].starts
+    assert "--write-template" not in next(f.message for f in audit.findings if f.code == "known-format")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    assert audit_local(other).known_format is None
