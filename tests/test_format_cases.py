@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conformance.audit.checkpoint_audit import audit_local
+from conformance.cli import main
 from conformance.audit.predictors.vllm_032 import HARMONY_REASONING, HARMONY_TOOLS
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.formats.tiny_checkpoint import build_fixture
@@ -186,3 +187,26 @@ def test_the_audit_names_a_shipped_format_by_its_chat_template_and_says_where_a_
     other.mkdir()
     (other / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
     assert audit_local(other).known_format is None
+
+
+def test_write_template_gives_a_checkpoint_of_a_known_format_the_template_vllm_serves(tmp_path, capsys):
+    checkpoint = tmp_path / "qwen35"
+    checkpoint.mkdir()
+    (checkpoint / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "model_max_length": 4096}))
+    (checkpoint / "chat_template.jinja").write_text(FORMATS["qwen3-xml"].chat_template)
+    written = tmp_path / "tokenizer_config.json"
+    assert main(["audit", "--local", str(checkpoint), "--examples", "0", "--write-template", str(written)]) == 0
+    assert "with the qwen3-xml format's response_template" in capsys.readouterr().err
+    config = json.loads(written.read_text())
+    assert config["model_max_length"] == 4096 and config["response_template"] == FORMATS["qwen3-xml"].response_template
+    (checkpoint / "tokenizer_config.json").write_text(written.read_text())
+    served = audit_local(checkpoint)
+    assert all(verdict.starts for verdict in served.vllm_0_32.values())
+    # nothing to write now, an existing file is never overwritten, an unknown chat template names no format
+    assert main(["audit", "--local", str(checkpoint), "--examples", "0", "--write-template", str(tmp_path / "x")]) == 2
+    assert "already start" in capsys.readouterr().err
+    assert main(["audit", "--local", str(checkpoint), "--examples", "0", "--write-template", str(written)]) == 2
+    (checkpoint / "chat_template.jinja").write_text("{{ messages }}")
+    (checkpoint / "tokenizer_config.json").write_text("{}")
+    assert main(["audit", "--local", str(checkpoint), "--examples", "0", "--write-template", str(tmp_path / "y")]) == 2
+    assert "none of the shipped formats'" in capsys.readouterr().err
