@@ -136,6 +136,13 @@ def test_two_runs_of_one_profile_get_columns_named_after_their_directories(runs)
     assert not any(row["differs"] for row in matrix["rows"])
 
 
+def test_runs_of_several_formats_make_a_format_by_server_matrix(runs):
+    default, other = read_run_dir(runs[1]), read_run_dir(runs[1])
+    other.stamp = {**other.stamp, "response_format": "gemma4"}
+    assert [c["label"] for c in build_matrix([default, other])["columns"]] == ["hf (qwen3-hermes)", "hf (gemma4)"]
+    assert [c["label"] for c in build_matrix([default, read_run_dir(runs[0])])["columns"]] == ["hf", "legacy"]
+
+
 def test_the_html_page_highlights_the_differing_cells_in_headless_chromium(runs, tmp_path):
     if not CHROMIUM:
         pytest.skip("chromium is not installed (scripts/bootstrap installs Debian's chromium where apt-get works)")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conformance.audit.checkpoint_audit import audit_local
+from conformance.cli import main
 from conformance.audit.predictors.vllm_032 import HARMONY_REASONING, HARMONY_TOOLS
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.formats.tiny_checkpoint import build_fixture
@@ -21,26 +22,49 @@ from conformance.run.engine import other_format
 from conformance.run.judge import judge
 from conformance.servers.profiles import PROFILES, served_profile
 from conformance.suite.cases import load_suite
-from conformance.suite.format_cases import in_format, round_trip_loss
+from conformance.suite.format_cases import delimiter_texts, in_format, round_trip_loss
 
 TURNS = [case for case in load_suite() if case.turn is not None]
 
 
+# the shipped turns a format cannot express (every other one renders and parses back)
+GPT_OSS_EXPRESSES = {"turn-content", "turn-reasoning-then-content", "turn-reasoning-closer-in-content"}
+SKIPPED = {
+    "cohere-command": {case.id for case in TURNS},  # no chat template known
+    "gpt-oss": {case.id for case in TURNS} - GPT_OSS_EXPRESSES,  # its two templates disagree about calls
+    # transformers' json parser cannot read a call region cut at the closer inside its argument
+    "qwen3-hermes": {"turn-call-closer-in-argument"}, "gemma4": {"turn-call-closer-in-argument"},
+}
+
+
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_every_turn_round_trips_in_every_format_or_is_a_skip_that_says_why(name: str) -> None:
-    expressed = 0
+    skipped = set()
     for case in in_format(TURNS, FORMATS[name]):
         reference = case.reference
         if reference.skip is not None:
             assert case.force is None and f"the {name} format cannot express this turn: " in reference.skip
+            skipped.add(case.id)
             continue
-        expressed += 1
-        assert case.format == name and case.force and round_trip_loss(case.turn, reference) is None
+        assert case.format == name and case.force
+        if case.shape is None and "{{" not in json.dumps(case.request) + repr(case.turn):
+            assert round_trip_loss(case.turn, reference) is None
         for end in FORMATS[name].end_tokens:
             assert not case.force.endswith(end), (name, case.id)  # the server generates the end itself
-    # the formats with a chat template express every shipped turn, but gpt-oss's calls (its two templates disagree)
-    expected = {"cohere-command": 0, "gpt-oss": 2}.get(name, len(TURNS))
-    assert expressed == expected, name
+    assert skipped == SKIPPED.get(name, set()), name
+
+
+def test_a_turn_names_the_formats_own_delimiters_and_a_shape_cuts_its_rendered_text() -> None:
+    assert delimiter_texts(FORMATS["qwen3-hermes"]) == {"reasoning_close": "</think>", "call_close": "</tool_call>"}
+    assert delimiter_texts(FORMATS["gemma4"]) == {"reasoning_close": "<channel|>", "call_close": "<tool_call|>"}
+    assert delimiter_texts(FORMATS["qwen3-xml"])["call_close"] == "</tool_call>"  # a token in its close pattern
+    cases = {case.id: case for case in in_format(TURNS, FORMATS["qwen3-xml"])}
+    closer = cases["turn-call-closer-in-argument"]
+    assert "the tag </tool_call> ends a call" in closer.force
+    assert closer.reference.message.tool_calls[0].arguments == {"text": "the tag </tool_call> ends a call"}
+    unclosed = {case.id: case for case in in_format(TURNS, FORMATS["qwen3-hermes"])}["turn-unclosed-call"]
+    assert unclosed.force.endswith('{"city": "Rome"}}\n') and "</tool_call>" not in unclosed.force
+    assert [call.name for call in unclosed.reference.message.tool_calls] == ["get_weather"]  # the format's parse
 
 
 def test_gpt_oss_calls_are_skipped_because_its_two_templates_disagree() -> None:
@@ -141,3 +165,48 @@ def test_the_audit_reads_model_type_and_predicts_harmony_refusing_hf(tmp_path: P
     (checkpoint / "config.json").write_text("{not json")
     unread = audit_local(checkpoint)
     assert unread.model_type is None and any("config.json" in warning for warning in unread.warnings)
+
+
+def test_the_audit_names_a_shipped_format_by_its_chat_template_and_says_where_a_template_comes_from(tmp_path):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<turn|>"}))
+    (bare / "chat_template.jinja").write_text(FORMATS["gemma4"].chat_template + "\n")  # whitespace aside
+    audit = audit_local(bare)
+    assert audit.known_format == "gemma4" and not audit.vllm_0_32["both"].starts
+    known = next(finding for finding in audit.findings if finding.code == "known-format")
+    assert "--write-template" in known.message
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "tokenizer_config.json").write_text(json.dumps({"response_template": FORMATS["gemma4"].response_template,
+                                                             "chat_template": FORMATS["gemma4"].chat_template}))
+    audit = audit_local(served)
+    assert audit.known_format == "gemma4" and audit.vllm_0_32["both"].starts
+    assert "--write-template" not in next(f.message for f in audit.findings if f.code == "known-format")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    assert audit_local(other).known_format is None
+
+
+def test_write_template_gives_a_checkpoint_of_a_known_format_the_template_vllm_serves(tmp_path, capsys):
+    checkpoint = tmp_path / "qwen35"
+    checkpoint.mkdir()
+    (checkpoint / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>", "model_max_length": 4096}))
+    (checkpoint / "chat_template.jinja").write_text(FORMATS["qwen3-xml"].chat_template)
+    written = tmp_path / "tokenizer_config.json"
+    assert main(["audit", "--local", str(checkpoint), "--examples", "0", "--write-template", str(written)]) == 0
+    assert "with the qwen3-xml format's response_template" in capsys.readouterr().err
+    config = json.loads(written.read_text())
+    assert config["model_max_length"] == 4096 and config["response_template"] == FORMATS["qwen3-xml"].response_template
+    (checkpoint / "tokenizer_config.json").write_text(written.read_text())
+    served = audit_local(checkpoint)
+    assert all(verdict.starts for verdict in served.vllm_0_32.values())
+    # nothing to write now, an existing file is never overwritten, an unknown chat template names no format
+    assert main(["audit", "--local", str(checkpoint), "--examples", "0", "--write-template", str(tmp_path / "x")]) == 2
+    assert "already start" in capsys.readouterr().err
+    assert main(["audit", "--local", str(checkpoint), "--examples", "0", "--write-template", str(written)]) == 2
+    (checkpoint / "chat_template.jinja").write_text("{{ messages }}")
+    (checkpoint / "tokenizer_config.json").write_text("{}")
+    assert main(["audit", "--local", str(checkpoint), "--examples", "0", "--write-template", str(tmp_path / "y")]) == 2
+    assert "none of the shipped formats'" in capsys.readouterr().err

@@ -13,12 +13,15 @@ from typing import Any
 
 from conformance.audit import hub
 from conformance.audit.checkpoint_list import CheckpointEntry, revision_warning
+from conformance.audit.known_formats import format_of_chat_template, known_format_finding
 from conformance.audit.predictors.predictor import Predictor
 from conformance.audit.predictors.registry import PREDICTOR_BY_KEY, PREDICTORS
 from conformance.audit.predictors.vllm_032 import CONFIGURATIONS, StartupVerdict
+from conformance.audit.roundtrip.roundtrip import chat_template_of
 from conformance.audit.template_rules import Finding, TemplateAnalysis, TemplateAnalysisTimeout, TemplateTooExpensive
 from conformance.audit.template_worker import analyze_template
 from conformance.formats import checkpoint_files
+from conformance.formats.registry import FORMATS
 
 OK = checkpoint_files.OK
 TEMPLATE_TIMEOUT = "template_timeout"
@@ -50,6 +53,7 @@ class CheckpointAudit:
     implementations: dict | None = None
     offline_findings: list[Finding] = field(default_factory=list)
     model_type: str | None = None  # config.json's (None: no config.json, or none in it)
+    known_format: str | None = None  # the shipped format whose chat template it has (audit/known_formats.py)
 
     def prediction(self, predictor: Predictor) -> Mapping[str, Any] | None:
         """A predictor's verdicts (None: the template could not be analysed). Files that cannot be read fail
@@ -68,7 +72,16 @@ class CheckpointAudit:
 
     @property
     def findings(self) -> tuple[Finding, ...]:
-        return (self.template.findings if self.template is not None else ()) + tuple(self.offline_findings)
+        known = ()
+        if self.known_format is not None:
+            known = (known_format_finding(FORMATS[self.known_format], needs_template=self.needs_template),)
+        return (self.template.findings if self.template is not None else ()) + known + tuple(self.offline_findings)
+
+    @property
+    def needs_template(self) -> bool:
+        """Whether vLLM 0.32's hf parsers cannot start on its response_template (it has none, or one refused)."""
+        verdicts = self.vllm_0_32
+        return verdicts is not None and not verdicts["both"].starts
 
     @property
     def unmet_expectations(self) -> list[str]:
@@ -96,6 +109,12 @@ def _analyze(audit: CheckpointAudit, tokenizer_config: dict) -> CheckpointAudit:
             audit.model_type = checkpoint_files.read_model_type(audit.file_paths[checkpoint_files.MODEL_CONFIG])
         except checkpoint_files.FetchError as exc:  # the tokenizer's files still say what they say
             audit.warnings.append(f"{exc}: its model_type is not known")
+    try:
+        chat_template = chat_template_of(tokenizer_config, audit.file_paths)
+    except checkpoint_files.FetchError:  # a chat template file that cannot be read names no format
+        chat_template = None
+    if (form := format_of_chat_template(chat_template)) is not None:
+        audit.known_format = form.name
     try:
         audit.template = analyze_template(tokenizer_config, model_type=audit.model_type)
     except TemplateAnalysisTimeout as exc:

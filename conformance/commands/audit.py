@@ -71,7 +71,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "sglang-0.5.23; `transformers` = every release) and report where they disagree")
     parser.add_argument("--fail-on-findings", action="store_true",
                         help="exit 1 when any checkpoint has a finding, saying on standard error how many had one")
+    parser.add_argument("--write-template", type=Path, metavar="FILE",
+                        help="with one --local DIR whose chat template is a shipped format's and whose "
+                             "response_template is missing or refused by vLLM 0.32: write DIR's tokenizer_config.json "
+                             "with that format's response_template to FILE (a new file)")
     parser.set_defaults(func=run)
+
+
+def _write_template(audit, target: Path) -> str:
+    """Write the audited checkpoint's tokenizer_config.json with its known format's response_template to
+    `target`; what was written, for the log. UsageError when there is nothing right to write."""
+    from conformance.audit.known_formats import with_format_template
+    from conformance.formats.registry import FORMATS
+    from conformance.util.files import write_atomically
+
+    if audit.known_format is None:
+        raise UsageError(f"--write-template: {audit.id}: its chat template is none of the shipped formats' "
+                         "(`conformance formats`), so no response_template can be chosen for it")
+    if not audit.needs_template:
+        raise UsageError(f"--write-template: {audit.id}: vLLM 0.32's hf parsers already start on its own "
+                         "response_template; nothing to write")
+    if target.exists():
+        raise UsageError(f"--write-template: {target} exists; name a new file")
+    form = FORMATS[audit.known_format]
+    write_atomically(target, with_format_template(audit.tokenizer_config or {}, form))
+    return (f"wrote {target}: {audit.id}'s tokenizer_config.json with the {form.name} format's response_template "
+            f"({form.provenance}); put it in the checkpoint in place of its tokenizer_config.json to serve it "
+            "with --tool-call-parser hf --reasoning-parser hf")
 
 
 def _entries(args: argparse.Namespace) -> list:
@@ -131,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--workers must be at least 1")
         if args.timeout is not None and (problem := timeout_problem(args.timeout)):
             raise UsageError(problem)
+        if args.write_template is not None and (len(args.local) != 1 or entries):
+            raise UsageError("--write-template takes exactly one --local DIR (and no Hub checkpoint)")
         if args.json == STDOUT and args.markdown == STDOUT:
             raise UsageError("--json - and --markdown - would both write to standard output; give one a file")
         settings = HubSettings.from_env(args.timeout)
@@ -188,6 +216,12 @@ def run(args: argparse.Namespace) -> int:
     failing_findings = [a for a in audits if a.findings] if args.fail_on_findings else []
     if failing_findings:
         print(f"--fail-on-findings: {len(failing_findings)} of {len(audits)} checkpoints had findings", file=sys.stderr)
+    if args.write_template is not None:
+        try:
+            print(_write_template(audits[0], args.write_template), file=sys.stderr)
+        except (UsageError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return exit_codes.ERROR
     if any(a.status != OK and a.status not in CHECKPOINT_FAULTS for a in audits):
         return exit_codes.ERROR
     if failing_findings or any(a.status in CHECKPOINT_FAULTS or a.unmet_expectations for a in audits):

@@ -209,7 +209,7 @@ def run_compare(args: argparse.Namespace) -> int:
 
     try:
         recordings = [read_run_dir(args.baseline), read_run_dir(args.candidate)]
-        forms = [format_named(_response_format(recording)) for recording in recordings]
+        forms = [format_named(recording.response_format) for recording in recordings]
         for recording in recordings:
             upgrade_recording(recording.transcripts)
         # each side judged again with the cases in the format its checkpoint writes
@@ -227,13 +227,6 @@ def run_compare(args: argparse.Namespace) -> int:
         return _error("compare", f"{exc.filename}: cannot read: {exc.strerror or exc}")
     gate = build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source)
     return _written_out("compare", args, args.candidate.resolve().parent, lambda out_dir: _finish(gate, out_dir))
-
-
-def _response_format(recording: Any) -> str | None:
-    """The response format a recorded side's checkpoint writes: its stamp's, else its answers' (None: recorded
-    before formats were, the default one's)."""
-    told = recording.stamp.get("response_format")
-    return told or next((t.server.format for t in recording.transcripts if t.server.format), None)
 
 
 def _written_out(verb: str, args: argparse.Namespace, default_parent: Path, write: Callable[[Path], int]) -> int:

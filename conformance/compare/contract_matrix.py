@@ -19,6 +19,7 @@ from typing import Any
 from conformance import __version__
 from conformance.compare.diff import Pair, diff_pair
 from conformance.compare.gate import answer_summary
+from conformance.formats.registry import DEFAULT_FORMAT
 from conformance.record.results import CaseResult, summarize
 from conformance.record.run_dir import Recording
 from conformance.record.transcript import Transcript
@@ -27,8 +28,10 @@ MATRIX_FORMAT = "conformance-matrix/1"
 
 
 def column_labels(recordings: Sequence[Recording]) -> list[str]:
-    """One label per run: its profile, with the run directory's name when two runs share a profile."""
-    labels = [r.label for r in recordings]
+    """One label per run: its profile, with its response format when the runs span several (a format x
+    server matrix), and the run directory's name when two runs still share a label."""
+    forms = [r.response_format or DEFAULT_FORMAT.name for r in recordings]
+    labels = [f"{r.label} ({form})" if len(set(forms)) > 1 else r.label for r, form in zip(recordings, forms)]
     return [label if labels.count(label) == 1 else f"{label} ({str(r.run_dir or i).rstrip('/').rsplit('/', 1)[-1]})"
             for i, (label, r) in enumerate(zip(labels, recordings))]
 

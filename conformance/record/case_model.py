@@ -130,6 +130,7 @@ class Case:
     # expectation of its own is judged against.
     turn: ExpectedMessage | None = None
     reference: Expectation | None = None
+    shape: str | None = None  # a change to a turn's rendered text (conformance.suite.format_cases.SHAPES)
 
     def tool_parameters(self) -> dict[str, dict[str, Any]]:
         """Each request tool's JSON Schema for its arguments, by function name (chat or responses shape)."""
@@ -163,6 +164,7 @@ def build_case(raw: dict[str, Any], index: int, tools: Mapping[str, Any], source
         fixture_variant=raw.get("fixture_variant"),
         format=raw.get("format"),
         turn=build_message(raw["turn"]) if "turn" in raw else None,
+        shape=raw.get("shape"),
     )
 
 

@@ -43,6 +43,13 @@ class Recording:
     run_dir: str | None = None
     startup_seconds: float | None = None  # the server's start to healthy, when the gate launched it
 
+    @property
+    def response_format(self) -> str | None:
+        """The response format its checkpoint writes: its stamp's, else its answers' (None: recorded before
+        formats were, the default one's)."""
+        told = self.stamp.get("response_format")
+        return told or next((t.server.format for t in self.transcripts if t.server.format), None)
+
 
 def read_run_dir(run_dir: Path, label: str | None = None) -> Recording:
     """A recorded run directory (`conformance run --out DIR`, or one side of a gate)."""

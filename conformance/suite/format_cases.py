@@ -16,12 +16,13 @@ tiny checkpoint's) and a run serving another skips it (`conformance.run.engine.o
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from conformance.formats.format import Format
-from conformance.formats.turn_text import RenderError, Subject, parse_whole, render_turn
+from conformance.formats.turn_text import RenderError, Subject, parse_whole, render, render_turn
 from conformance.record.case_model import (
     MESSAGE_FIELDS,
     Case,
@@ -49,32 +50,125 @@ def in_format(cases: Iterable[Case], form: Format) -> list[Case]:
     return [case if case.turn is None else rendered(case, form, subject) for case in cases]
 
 
+class Inexpressible(Exception):
+    """Why a format cannot express a turn case."""
+
+
 def rendered(case: Case, form: Format, subject: Subject | None) -> Case:
     """A turn case in `form`: its forced text and reference outcome, or a skip saying why it cannot be."""
+    try:
+        raw, reference = _raw_and_reference(case, form, subject)
+    except Inexpressible as exc:
+        return replace(case, force=None, format=form.name,
+                       reference=Expectation(skip=f"the {form.name} format cannot express this turn: {exc}"))
+    return replace(case, force=raw, format=form.name, reference=reference,
+                   expect={**case.expect, **deviations(case.id, form, reference)})
+
+
+def _raw_and_reference(case: Case, form: Format, subject: Subject | None) -> tuple[str, Expectation]:
+    """The text the format's model writes for the case's turn (its delimiters filled in, its shape applied),
+    and what the format means by it."""
     assert case.turn is not None
-    why = _cannot_express(case.turn, form, subject)
-    if why is None:
-        assert subject is not None
-        tools = case.request.get("tools") or []
-        try:
-            prompt, raw = render_turn(subject, tools, assistant_message(case.turn), list(case.request["messages"]))
-        except RenderError as exc:
-            why = f"its chat template cannot render the turn: {exc}"
-        else:
-            parsed = parse_whole(subject, prompt, raw, tools)
-            if parsed.error is not None or parsed.message is None:
-                why = f"its response_template cannot parse the turn its chat template renders: {parsed.error}"
-            elif not raw:
-                why = "its chat template renders the turn as no text at all"
-            else:
-                reference = reference_of(parsed.message)
-                if (lost := round_trip_loss(case.turn, reference)) is None:
-                    return replace(case, force=raw, format=form.name, reference=reference,
-                                   expect={**case.expect, **deviations(case.id, form, reference)})
-                why = (f"its two templates disagree: the chat template writes {raw!r} and the response_template "
-                       f"parses {lost}")
-    return replace(case, force=None, format=form.name,
-                   reference=Expectation(skip=f"the {form.name} format cannot express this turn: {why}"))
+    if (why := _cannot_express(case.turn, form, subject)) is not None:
+        raise Inexpressible(why)
+    assert subject is not None
+    texts = delimiter_texts(form)
+    turn = with_delimiters(case.turn, texts)
+    if turn is not case.turn or case.shape is not None:
+        # the round trip holds the format's two templates together on the plain turn (its delimiters as
+        # plain text, not cut); what the format makes of the delimiters or of the cut is then the reference
+        _round_trip(case, subject, with_delimiters(case.turn, dict.fromkeys(texts, "x")))
+    raw, parsed = _render_and_parse(case, subject, turn)
+    if case.shape is not None:
+        parsed = _parsed(case, subject, SHAPES[case.shape](raw, texts))
+        raw = SHAPES[case.shape](raw, texts)
+    reference = reference_of(parsed)
+    if turn is case.turn and case.shape is None and (lost := round_trip_loss(turn, reference)) is not None:
+        raise Inexpressible(f"its two templates disagree: the chat template writes {raw!r} and the "
+                            f"response_template parses {lost}")
+    return raw, reference
+
+
+def _round_trip(case: Case, subject: Subject, turn: ExpectedMessage) -> None:
+    raw, parsed = _render_and_parse(case, subject, turn)
+    if (lost := round_trip_loss(turn, reference_of(parsed))) is not None:
+        raise Inexpressible(f"its two templates disagree: the chat template writes {raw!r} and the "
+                            f"response_template parses {lost}")
+
+
+def _render_and_parse(case: Case, subject: Subject, turn: ExpectedMessage) -> tuple[str, dict[str, Any]]:
+    """The turn rendered after the case's conversation, and the format's parse of it."""
+    try:
+        _, raw = render_turn(subject, case.request.get("tools") or [], assistant_message(turn),
+                             list(case.request["messages"]))
+    except RenderError as exc:
+        raise Inexpressible(f"its chat template cannot render the turn: {exc}") from exc
+    if not raw:
+        raise Inexpressible("its chat template renders the turn as no text at all")
+    return raw, _parsed(case, subject, raw)
+
+
+def _parsed(case: Case, subject: Subject, raw: str) -> dict[str, Any]:
+    tools = case.request.get("tools") or []
+    prompt = render(subject, list(case.request["messages"]), tools, add_generation_prompt=True)
+    parsed = parse_whole(subject, prompt, raw, tools)
+    if parsed.error is not None or parsed.message is None:
+        raise Inexpressible(f"its response_template cannot parse the text: {parsed.error}")
+    return parsed.message
+
+
+# {{name}} in a turn's text: the format's own delimiter of that name (`delimiter_texts`)
+PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+
+
+def delimiter_texts(form: Format) -> dict[str, str]:
+    """The format's delimiters a turn may name: `reasoning_close` and `call_close`, each the format's own
+    token that closes that region (a token of `marker_tokens` in the field's close text or pattern)."""
+    fields = form.response_template.get("fields") or {}
+    texts = {}
+    for name, field_names in (("reasoning_close", REASONING_FIELDS), ("call_close", ("tool_calls",))):
+        spec = next((fields[field] for field in field_names if isinstance(fields.get(field), dict)), None)
+        close = (spec or {}).get("close") or (spec or {}).get("close_pattern")
+        candidates = [close] if isinstance(close, str) else [text for text in close or [] if isinstance(text, str)]
+        token = next((token for text in candidates for token in form.marker_tokens if token in text), None)
+        if token is not None:
+            texts[name] = token
+    return texts
+
+
+def with_delimiters(turn: ExpectedMessage, texts: Mapping[str, str]) -> ExpectedMessage:
+    """The turn with each {{name}} in its texts and argument strings replaced by the format's delimiter (the
+    same object when it names none); Inexpressible for a name the format has no delimiter for."""
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, str):
+            def one(match: re.Match[str]) -> str:
+                if match.group(1) not in texts:
+                    raise Inexpressible(f"it has no {match.group(1)} delimiter")
+                return texts[match.group(1)]
+            return PLACEHOLDER.sub(one, value)
+        if isinstance(value, dict):
+            return {key: fill(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [fill(item) for item in value]
+        return value
+
+    filled = replace(turn, reasoning=fill(turn.reasoning), content=fill(turn.content),
+                     tool_calls=tuple(replace(call, arguments=fill(call.arguments)) for call in turn.tool_calls))
+    return turn if filled == turn else filled
+
+
+def _unclosed_last_call(raw: str, texts: Mapping[str, str]) -> str:
+    """The rendered turn ended inside its last call: everything from that call's closer on is left out."""
+    closer = texts.get("call_close")
+    at = raw.rfind(closer) if closer else -1
+    if at < 0:
+        raise Inexpressible("it has no call closer to leave out")
+    return raw[:at]
+
+
+# shape: a change to the rendered text, defined on the format's own regions
+SHAPES: dict[str, Callable[[str, Mapping[str, str]], str]] = {"unclosed_last_call": _unclosed_last_call}
 
 
 def deviations(case_id: str, form: Format, reference: Expectation) -> dict[str, Expectation]:
