@@ -78,6 +78,15 @@ def served_format(variant: str) -> Format:
     return FORMATS[variant.partition(":")[0]] if ":" in variant else DEFAULT_FORMAT
 
 
+def started_at(pid: int) -> str | None:
+    """When process `pid` started (its /proc stat start time, in clock ticks since boot; None: gone). A long
+    session wraps pid numbers (pid_max is 32768 here): the same pid with another start is another process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 class ServerPool:
     """On the first request, starts every needed server that fits in memory and waits for all of them at
     once (so each start-up time is its own); hands out healthy servers; stops each after the last test
@@ -95,7 +104,7 @@ class ServerPool:
         self.processes: dict[ServerKey, ServerProcess] = {}
         self.outcomes: dict[ServerKey, Server | ServerStartError] = {}
         self.stopped: set[ServerKey] = set()
-        self.pids: set[int] = set()
+        self.pids: set[tuple[int, str | None]] = set()  # (pid, its start time): a pid the system reuses is not ours
 
     def get(self, key: ServerKey) -> Server:
         if importlib.util.find_spec("vllm") is None:
@@ -131,7 +140,7 @@ class ServerPool:
         self.outcomes.update(outcomes)
         for key, outcome in outcomes.items():
             if isinstance(outcome, Server):
-                self.pids |= {outcome.pid, *descendant_pids(outcome.pid)}
+                self.pids |= {(pid, started_at(pid)) for pid in (outcome.pid, *descendant_pids(outcome.pid))}
                 self.started.append((key, outcome))
 
     def checkpoint_for(self, variant: str) -> Path:
@@ -144,5 +153,5 @@ class ServerPool:
     def close(self) -> None:
         for process in self.processes.values():
             process.stop()
-        left = sorted(pid for pid in self.pids if pid_alive(pid))
+        left = sorted(pid for pid, started in self.pids if pid_alive(pid) and started_at(pid) == started)
         assert not left, f"server processes still alive after stopping: {left}"

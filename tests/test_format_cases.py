@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conformance.audit.checkpoint_audit import audit_local
-from conformance.cli import main
 from conformance.audit.predictors.vllm_032 import HARMONY_REASONING, HARMONY_TOOLS
+from conformance.cli import main
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.record.server_rules import KEEPS_REGION_WHITESPACE
@@ -95,9 +95,9 @@ def test_an_answer_is_judged_against_the_formats_parse_and_passes_only_by_a_docu
                                                             "content": "\n\nYes, on a clear day."})
     ruled = _check(spaced, "expected_message")
     assert ruled.outcome == "pass" and "keeps_region_whitespace" in ruled.reason
-    # transformers serve documents no such rule: the same whitespace is a failure there
-    assert _check(_answer("turn-reasoning-then-content", "transformers-serve",
-                          {"reasoning_content": "\nThe user asks a simple question.\n",
+    # vLLM's Rust frontend documents no such rule (it trims): the same whitespace is a failure there
+    assert _check(_answer("turn-reasoning-then-content", "hf-rust",
+                          {"reasoning": "\nThe user asks a simple question.\n",
                            "content": "\n\nYes, on a clear day."}), "expected_message").outcome == "fail"
     lost = _check(_answer("turn-reasoning-then-content", "hf", {"reasoning": "The user asks a simple question."}),
                   "expected_message")
@@ -182,7 +182,7 @@ def test_the_audit_names_a_shipped_format_by_its_chat_template_and_says_where_a_
                                                              "chat_template": FORMATS["gemma4"].chat_template}))
     audit = audit_local(served)
     assert audit.known_format == "gemma4" and audit.vllm_0_32["both"].starts
-    assert "--write-template" not in next(f.message for f in audit.findings if f.code == "known-format")
+    assert not any(f.code == "known-format" for f in audit.findings)  # nothing to do about it
     other = tmp_path / "other"
     other.mkdir()
     (other / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))

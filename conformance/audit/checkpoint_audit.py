@@ -73,8 +73,8 @@ class CheckpointAudit:
     @property
     def findings(self) -> tuple[Finding, ...]:
         known = ()
-        if self.known_format is not None:
-            known = (known_format_finding(FORMATS[self.known_format], needs_template=self.needs_template),)
+        if self.known_format is not None and self.needs_template:  # something to do about it
+            known = (known_format_finding(FORMATS[self.known_format]),)
         return (self.template.findings if self.template is not None else ()) + known + tuple(self.offline_findings)
 
     @property

@@ -30,14 +30,13 @@ def format_of_chat_template(chat_template: str | None) -> Format | None:
                  if form.chat_template is not None and form.chat_template.strip() == chat_template.strip()), None)
 
 
-def known_format_finding(form: Format, needs_template: bool) -> Finding:
-    """What the audit says about a checkpoint of a known format: where its response_template can come from."""
-    message = f"its chat template is the {form.name} format's ({form.description})"
-    if needs_template:
-        message += ("; its response_template is missing or refused by vLLM 0.32: `conformance audit --local DIR "
-                    f"--write-template FILE` writes its tokenizer_config.json with the {form.name} format's, which "
-                    "vLLM 0.32 serves")
-    return Finding("known-format", message)
+def known_format_finding(form: Format) -> Finding:
+    """What the audit says about a checkpoint of a known format that vLLM 0.32's hf parsers cannot start on:
+    where the response_template they serve comes from."""
+    return Finding("known-format", f"its chat template is the {form.name} format's ({form.description}); its "
+                   "response_template is missing or refused by vLLM 0.32: `conformance audit --local DIR "
+                   f"--write-template FILE` writes its tokenizer_config.json with the {form.name} format's, which "
+                   "vLLM 0.32 serves")
 
 
 def with_format_template(tokenizer_config: Mapping[str, Any], form: Format) -> str:

@@ -65,3 +65,13 @@ def normalized(view: View, rules: Sequence[ServerRule]) -> dict[str, Any]:
     for rule in rules:
         shaped = rule.normalize(shaped)
     return shaped
+
+
+STREAM_KEEPS_REGION_WHITESPACE = ServerRule(
+    name="stream_keeps_region_whitespace",
+    description="its stream keeps the whitespace around a region's text that its non-streaming answer and the "
+                "format's `text` parser strip",
+    source="recorded from transformers serve 5.23 and pinned by the shipped case reasoning-then-one-call "
+           "(cases/tool_calls.yaml: it strips the non-streaming reasoning and content of the newlines its stream keeps)",
+    normalize=KEEPS_REGION_WHITESPACE.normalize,
+)

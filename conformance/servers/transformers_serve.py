@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from types import MappingProxyType
 
+from conformance.record.server_rules import STREAM_KEEPS_REGION_WHITESPACE
 from conformance.servers.forcing_methods import SequenceBiasForcing
 from conformance.servers.profile import CommandVersionProbe, Launch, Profile
 from conformance.servers.runtimes.transformers_serve import TRANSFORMERS_SERVE
@@ -35,7 +36,7 @@ TRANSFORMERS_SERVE_PROFILE = Profile(
     forcing=SequenceBiasForcing(),
     version_probe=CommandVersionProbe(("{python}", "-c", "import transformers; print(transformers.__version__)")),
     reasoning_field="reasoning_content", expectation_fallback=(), ends_stream_with_done=False,
-    fixture_variant="eos-closes-content",
+    fixture_variant="eos-closes-content", rules=(STREAM_KEEPS_REGION_WHITESPACE,),
     cors_advice="start `transformers serve` with `--enable-cors` (permissive: it then allows every origin, "
                 "`{origin}` among them)",
 )  # fmt: skip

@@ -10,6 +10,7 @@ stay readable on one line."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
@@ -26,6 +27,7 @@ from conformance.record.transcript import Transcript
 from conformance.record.wire import Message, read_stream, response_message
 from conformance.report.stamp import stamp_lines
 from conformance.util.json_codec import json_text
+from conformance.util.markdown_text import visible
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
@@ -101,10 +103,15 @@ LAYOUT = r"""
 SEVERITY = {"error": 0, "fail": 1, "skip": 2, "pass": 3}
 
 
+# What an HTML parser cannot carry in text: it drops NUL and turns CR (and CR LF) into LF.
+_UNPARSABLE = re.compile("[\x00\r]")
+
+
 def _pre(value: Any) -> str:
-    """A text as it is; any other value as its JSON text, which LAYOUT lays out."""
+    """A text as it is, but for what HTML cannot carry, written as its escape (a NUL a server sent would
+    vanish, a CR turn into a line break); any other value as its JSON text, which LAYOUT lays out."""
     if isinstance(value, str):
-        return f"<pre>{escape(value)}</pre>"
+        return f"<pre>{escape(_UNPARSABLE.sub(lambda m: visible(m.group()), value))}</pre>"
     return f"<pre class='json'>{escape(json_text(value))}</pre>"
 
 
