@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from conformance.formats.format import Format
+from conformance.formats.format import Deviation, Format
 from conformance.formats.turn_text import RenderError, Subject, parse_whole, render, render_turn
 from conformance.record.case_model import (
     MESSAGE_FIELDS,
@@ -173,18 +173,27 @@ SHAPES: dict[str, Callable[[str, Mapping[str, str]], str]] = {"unclosed_last_cal
 
 def deviations(case_id: str, form: Format, reference: Expectation) -> dict[str, Expectation]:
     """The expectations of the profiles with a known bug on this case in `form` (its `deviations`): the
-    reference with the deviating fields in the modes where the bug shows, marked with its reason and link."""
+    reference with the deviating fields in the modes where the bug shows (one entry per mode, or one for
+    both), marked with their reasons and links."""
     assert reference.message is not None
-    expect = {}
+    by_profile: dict[str, list[Deviation]] = {}
     for deviation in form.deviations:
-        if deviation.case != case_id:
-            continue
-        changed = build_message(deviation.message)
-        deviating = replace(reference.message, **{name: getattr(changed, name) for name in deviation.message})
-        whole = deviating if "non-stream" in deviation.modes else reference.message
-        streamed = deviating if "stream" in deviation.modes else reference.message
-        expect[deviation.profile] = replace(
-            reference, message=whole, stream_message=streamed, deviation=f"{deviation.reason} ({deviation.link})",
+        if deviation.case == case_id:
+            by_profile.setdefault(deviation.profile, []).append(deviation)
+    expect = {}
+    for profile, known in by_profile.items():
+        def in_mode(mode: str) -> ExpectedMessage:
+            message = reference.message
+            for deviation in known:
+                if mode in deviation.modes:
+                    changed = build_message(deviation.message)
+                    message = replace(message, **{name: getattr(changed, name) for name in deviation.message})
+            return message
+
+        whole, streamed = in_mode("non-stream"), in_mode("stream")
+        expect[profile] = replace(
+            reference, message=whole, stream_message=streamed,
+            deviation="; ".join(dict.fromkeys(f"{d.reason} ({d.link})" for d in known)),
             stream_overrides=frozenset(name for name in MESSAGE_FIELDS if getattr(whole, name) != getattr(streamed, name)))
     return expect
 
