@@ -41,13 +41,15 @@ def _judged_as_the_format_means(form: str, live: tuple[int, dict, Path], tmp_pat
     record = FORMATS[form]
     turns = {case.id: case for case in load_suite(form=record) if case.turn is not None}
     expressible = {case_id for case_id, case in turns.items() if case.reference.skip is None}
-    assert len(expressible) == len(turns)  # every shipped turn renders and round-trips in these formats
+    assert len(expressible) >= len(turns) - 1  # Gemma 4: transformers cannot parse a call cut at its own closer
     for profile, side in (("legacy", "baseline"), ("hf", "candidate")):
         results = _results(out / side)
         declared = {(d.case, mode) for d in record.deviations if d.profile == profile for mode in d.modes}
         for result in results:
             if result["case_id"] not in turns:  # written in the tiny checkpoint's format: skipped as such
                 assert result["outcome"] == "skip" and result["skip_kind"] == "other_format", result
+            elif result["case_id"] not in expressible:  # a turn the format cannot express: a skip saying why
+                assert result["outcome"] == "skip" and "format cannot express this turn" in result["reason"], result
             elif (result["case_id"], result["mode"]) not in declared:
                 assert result["outcome"] == "pass", (profile, result["case_id"], result["mode"], result["checks"])
             else:  # the declared bug's answer is expected; the contract checks it breaks still fail

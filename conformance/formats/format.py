@@ -39,6 +39,9 @@ class Deviation:
     message: Mapping[str, Any]
     reason: str
     link: str
+    # The answer cannot be judged at all (an HTTP 500 in one mode, the call gone in the other): the case is
+    # a declared skip for the profile, saying why, instead of a deviating message.
+    skip: bool = False
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,8 @@ def load_format(directory: Path) -> Format:
         legacy_flags=tuple(record["legacy_flags"]), variants=VARIANTS, model_type=record["model_type"],
         stop_tokens=tuple(record["stop_tokens"]), legacy_env=dict(record["legacy_env"]),
         sample_raw=_text(sample) if sample.is_file() else None,
-        deviations=tuple(Deviation(**{**entry, "modes": tuple(entry["modes"])}) for entry in record.get("deviations", [])),
+        deviations=tuple(Deviation(**{"message": {}, **entry, "modes": tuple(entry["modes"])})
+                         for entry in record.get("deviations", [])),
     )
 
 
