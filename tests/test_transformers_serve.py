@@ -60,7 +60,7 @@ def test_the_whole_default_case_set_passes_or_skips_for_its_declared_reason(tran
     skips = [r for r in output.results if r.outcome == "skip"]
     assert all(r.skip_allowed and ((r.skip_kind == "declared" and r.reason.startswith("declared: "))
                                    or r.skip_kind == "other_fixture_variant") for r in skips)  # the closer variant's
-    assert len(judged) >= 100 and len(skips) <= 40
+    assert len(judged) >= 100 and len(skips) <= 44  # 40, and the two turns it cannot answer or the format write
     streams = [t for t in output.transcripts if t.mode == "stream" and t.endpoint == "chat" and t.status == 200]
     assert streams and not any(read_stream(t).done for t in streams)  # no `data: [DONE]`, ever
     forced_answers = [t for t in output.transcripts if t.forced and t.status == 200 and t.endpoint == "chat"]
