@@ -142,11 +142,10 @@ def _expectations(args: argparse.Namespace, pair: tuple[str, str] | None,
     if args.expect is not None:
         return load_expectations(args.expect), {"file": str(args.expect), "note": "given with --expect"}
     shipped = shipped_expectations(*pair, form) if pair else None
+    on_format = "" if form == DEFAULT_FORMAT.name else f" on the {form} format"
     if shipped is None:
-        on_format = "" if form == DEFAULT_FORMAT.name else f" on the {form} format"
         why = f"no expectations ship for {pair[0]} -> {pair[1]}{on_format}" if pair else "servers given by URL have no default"
         return [], {"file": None, "note": f"{why}: nothing is acknowledged (give --expect FILE)"}
-    on_format = "" if form == DEFAULT_FORMAT.name else f" on the {form} format"
     return load_expectations(shipped), {"file": shipped.name, "note": f"shipped for {pair[0]} -> {pair[1]}{on_format}"}
 
 

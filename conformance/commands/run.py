@@ -218,7 +218,7 @@ class TargetError(Exception):
 @contextlib.contextmanager
 def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tuple[str, ...]]]:
     """(Target, markers) for an attached server, or for a freshly launched one (stopped on exit)."""
-    from conformance.formats.markers import markers_for_checkpoint, template_markers
+    from conformance.formats.markers import markers_for_checkpoint
     from conformance.run.driver import Target, target_of
 
     form = FORMATS[args.format]
@@ -227,7 +227,7 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
             base_url=args.base_url, model=args.model, profile=args.profile, api_key=args.api_key,
             timeout=args.timeout, **forcing_fields(args.forcing), checkpoint_revision=args.checkpoint_revision,
             max_line_bytes=args.max_line_bytes, fixture_variant=args.fixture_variant, format=form.name,
-        ), (markers_for_checkpoint(args.checkpoint) if args.checkpoint else template_markers(form.response_template))
+        ), markers_for_checkpoint(args.checkpoint, form)
         return
     from conformance.formats.tiny_checkpoint import build_fixture
     from conformance.servers.launch import ServerStartError, launch

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.formats.checkpoint_files import FetchError, read_tokenizer_config
+from conformance.formats.format import Format
 from conformance.formats.registry import DEFAULT_FORMAT
 
 # The default format's delimiters: the markers checked when the served checkpoint's template is unknown.
@@ -64,10 +65,11 @@ class CheckpointError(Exception):
     """A local checkpoint's tokenizer_config.json cannot be read."""
 
 
-def markers_for_checkpoint(checkpoint: Path | None) -> tuple[str, ...]:
-    """The delimiters checked for leaks: from the checkpoint's response_template, else the defaults."""
+def markers_for_checkpoint(checkpoint: Path | None, form: Format | None = None) -> tuple[str, ...]:
+    """The delimiters checked for leaks: from the checkpoint's response_template; with no checkpoint, from
+    the response format it is told to write (`form`), else the defaults."""
     if checkpoint is None:
-        return template_markers(None)
+        return template_markers(form.response_template if form is not None else None)
 
     try:
         config = read_tokenizer_config(checkpoint / "tokenizer_config.json")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.formats.markers import markers_for_checkpoint, template_markers
+from conformance.formats.markers import markers_for_checkpoint
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.record.case_model import PREFLIGHT_MODES, Case
 from conformance.record.run_dir import Recording
@@ -107,8 +107,7 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
             target = (target_of(server, side.profile, checkpoint_revision=side.checkpoint_revision, **options)
                       if server else Target(side.base_url, side.model, side.profile, **options))
             local = server is not None and side.checkpoint is not None and Path(side.checkpoint).is_dir()  # else a repo id
-            markers = (markers_for_checkpoint(Path(side.checkpoint)) if local
-                       else template_markers(FORMATS[side.format].response_template))
+            markers = markers_for_checkpoint(Path(side.checkpoint) if local else None, FORMATS[side.format])
             runs.append(SideRun(side, target, markers, round(server.startup_seconds, 1) if server else None))
         yield runs, release
     finally:

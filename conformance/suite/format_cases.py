@@ -74,26 +74,19 @@ def _raw_and_reference(case: Case, form: Format, subject: Subject | None) -> tup
     assert subject is not None
     texts = delimiter_texts(form)
     turn = with_delimiters(case.turn, texts)
-    if turn is not case.turn or case.shape is not None:
-        # the round trip holds the format's two templates together on the plain turn (its delimiters as
-        # plain text, not cut); what the format makes of the delimiters or of the cut is then the reference
-        _round_trip(case, subject, with_delimiters(case.turn, dict.fromkeys(texts, "x")))
-    raw, parsed = _render_and_parse(case, subject, turn)
+    # the round trip holds the format's two templates together on the plain turn (its delimiters as plain
+    # text, not cut); what the format makes of the delimiters or of the cut is then the reference
+    plain = with_delimiters(case.turn, dict.fromkeys(texts, "x"))
+    raw, parsed = _render_and_parse(case, subject, plain)
+    if (lost := round_trip_loss(plain, reference_of(parsed))) is not None:
+        raise Inexpressible(f"its two templates disagree: the chat template writes {raw!r} and the "
+                            f"response_template parses {lost}")
+    if turn is not plain:
+        raw, parsed = _render_and_parse(case, subject, turn)
     if case.shape is not None:
-        parsed = _parsed(case, subject, SHAPES[case.shape](raw, texts))
         raw = SHAPES[case.shape](raw, texts)
-    reference = reference_of(parsed)
-    if turn is case.turn and case.shape is None and (lost := round_trip_loss(turn, reference)) is not None:
-        raise Inexpressible(f"its two templates disagree: the chat template writes {raw!r} and the "
-                            f"response_template parses {lost}")
-    return raw, reference
-
-
-def _round_trip(case: Case, subject: Subject, turn: ExpectedMessage) -> None:
-    raw, parsed = _render_and_parse(case, subject, turn)
-    if (lost := round_trip_loss(turn, reference_of(parsed))) is not None:
-        raise Inexpressible(f"its two templates disagree: the chat template writes {raw!r} and the "
-                            f"response_template parses {lost}")
+        parsed = _parsed(case, subject, raw)
+    return raw, reference_of(parsed)
 
 
 def _render_and_parse(case: Case, subject: Subject, turn: ExpectedMessage) -> tuple[str, dict[str, Any]]:
