@@ -238,6 +238,11 @@ def test_the_first_tool_name_delay_counts_from_each_streams_first_byte_and_in_da
     assert summary["first_tool_name_delay"] == {"n": 1, "p50": 0.01, "p90": 0.01, "max": 0.01}
     assert summary["first_tool_name_line_delay"] == {"n": 1, "p50": 1, "p90": 1, "max": 1}
     assert summary["candidate"]["first_byte"]["p50"] == 0.5
+    # The structure: per side the data line the name first appears in, and the stream's length in data lines.
+    lines = summary["tool_name_lines"]
+    assert lines["baseline"]["first_tool_name"]["p50"] == 3 and lines["candidate"]["first_tool_name"]["p50"] == 4
+    assert lines["baseline"]["data_lines"]["p50"] == len(base.sse)
+    assert lines["candidate"]["data_lines"]["p50"] == len(late.sse) == len(whole_stream()) + 2  # + content, [DONE]
 
 
 def test_the_first_tool_name_delay_is_per_case_candidate_minus_baseline(every_kind):

@@ -248,6 +248,37 @@ def test_markdown_timing_section_gives_the_first_tool_name_delay_and_links_the_c
     assert "that much later" not in text
 
 
+def _with_tool_name_lines(gate: dict, seconds_p50: float) -> dict:
+    """The timing of a 10-token forced call on a shared CPU: the name 2 data lines later under the
+    candidate by the stream's structure, `seconds_p50` later (or earlier) by the clock."""
+    stats = lambda *values: {"n": 12, "p50": values[0], "p90": values[1], "max": values[2]}  # noqa: E731
+    summary = gate["timing"]["summary"]
+    summary["first_tool_name_delay"] = stats(seconds_p50, 0.01, 0.02)
+    summary["first_tool_name_line_delay"] = stats(2, 2, 3)
+    summary["tool_name_lines"] = {"baseline": {"first_tool_name": stats(3, 3, 4), "data_lines": stats(12, 12, 13)},
+                                  "candidate": {"first_tool_name": stats(5, 5, 6), "data_lines": stats(12, 12, 13)}}
+    return gate
+
+
+def test_timing_section_gives_the_structure_first_then_the_seconds_with_what_they_cannot_show():
+    text = gate_markdown.render(_with_tool_name_lines(full_gate(), seconds_p50=-0.004))
+    section = text[text.index("## Timing (streaming)"):text.index("## Browser clients")]
+    structure = section.index("it first appears at data line 3 of 12 under `legacy` and at data line 5 of 12 under "
+                              "`hf` (medians): 2 data lines later under `hf`")
+    assert section.index("| data line of the first tool name | 3 / 3 / 4 (n=12) | 5 / 5 / 6 (n=12) |") > structure
+    caveat = section.index("not how much later a real model's tool name appears")
+    seconds = section.index("Under `hf` the first tool name becomes visible 4 ms earlier")
+    assert structure < caveat < seconds < section.index("| first tool name visible |")
+    # Seconds that contradict the structure are called noise; seconds that agree are not.
+    assert "Here they contradict it: the name appears 4 ms earlier by the clock but 2 data lines later" in section
+    agreeing = gate_markdown.render(_with_tool_name_lines(full_gate(), seconds_p50=0.004))
+    assert "not how much later" in agreeing and "contradict" not in agreeing
+    page = gate_html.render(_with_tool_name_lines(full_gate(), seconds_p50=-0.004))
+    assert page.index("id='timing-structure'") < page.index("id='timing-caveat'") < page.index("becomes visible 4 ms earlier")
+    # A gate.json written before the structure was recorded says so instead of guessing.
+    assert "where the name first appears was not compared" in gate_markdown.render(full_gate())
+
+
 def test_cors_section_tells_browser_clients_what_each_server_allows():
     gate = full_gate()
     text = gate_markdown.render(gate)

@@ -329,12 +329,18 @@ def _stale(gate: Mapping[str, Any]) -> str:
 
 
 def _timing(gate: Mapping[str, Any], labels: Mapping[str, str], chart_png: bytes | None) -> str:
-    parts = [f"<h2 id='timing'>Timing (streaming)</h2><p>{segments(view.timing_sentence(gate))}</p>"]
+    sides = ["", _side_header(labels, "baseline"), _side_header(labels, "candidate")]
+    parts = [f"<h2 id='timing'>Timing (streaming)</h2><p id='timing-structure'>{segments(view.structure_sentence(gate))}</p>"]
+    structure = view.tool_name_line_rows(gate)
+    if structure:
+        parts.append("<p class='note'>Data lines, median / p90 / max over those streams.</p>")
+        parts.append(_table(sides, [[h(m), h(b), h(cand)] for m, b, cand in structure]))
+    parts.append(f"<p id='timing-caveat'>{segments(view.timing_caveat(gate))}</p>"
+                 f"<p>{segments(view.timing_sentence(gate))}</p>")
     rows = view.timing_rows(gate)
     if rows:
         parts.append("<p class='note'>Seconds since the request started, median / p90 / max over the streamed case runs.</p>")
-        parts.append(_table(["moment", _side_header(labels, "baseline"), _side_header(labels, "candidate")],
-                            [[h(m), h(b), h(cand)] for m, b, cand in rows]))
+        parts.append(_table(["moment", *sides[1:]], [[h(m), h(b), h(cand)] for m, b, cand in rows]))
     if chart_png:
         data = base64.b64encode(chart_png).decode("ascii")
         parts.append(f"<img id='timing-chart' class='chart' alt='Timing of both servers per streaming moment, and the "

@@ -177,13 +177,17 @@ def _stale(gate: Mapping[str, Any]) -> list[str]:
 
 
 def _timing(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
-    lines = ["", "## Timing (streaming)", "", segments(view.timing_sentence(gate)), ""]
+    sides = [f"{code(labels['baseline'], True)} (baseline)", f"{code(labels['candidate'], True)} (candidate)"]
+    lines = ["", "## Timing (streaming)", "", segments(view.structure_sentence(gate)), ""]
+    structure = view.tool_name_line_rows(gate)
+    if structure:
+        lines += ["Data lines, median / p90 / max over those streams:", ""]
+        lines += _table(["", *sides], [[text(m), text(b), text(c)] for m, b, c in structure]) + [""]
+    lines += [segments(view.timing_caveat(gate)), "", segments(view.timing_sentence(gate)), ""]
     rows = view.timing_rows(gate)
     if rows:
         lines += ["Seconds since the request started, median / p90 / max over the streamed case runs:", ""]
-        lines += _table(["moment", f"{code(labels['baseline'], True)} (baseline)",
-                         f"{code(labels['candidate'], True)} (candidate)"],
-                        [[text(m), text(b), text(c)] for m, b, c in rows])
+        lines += _table(["moment", *sides], [[text(m), text(b), text(c)] for m, b, c in rows])
     return lines + ["", "Chart of both distributions: [`timing.png`](timing.png) (next to this report)."]
 
 
