@@ -165,6 +165,22 @@ acknowledge:
 """
 
 
+def test_an_answer_that_is_not_the_forced_text_is_recorded_as_unforced(every_kind):
+    """hermes guides `tool_choice: required` with its own grammar: the tiny model's own output replaces the
+    forced text, and the gate record says so for that side, case and mode (an unverified answer is not marked)."""
+    baseline, candidate = every_kind
+    refused = next(t for t in baseline.transcripts if t.case_id == "refused")
+    refused.forcing_problems = ["the output is not the forced text: expected '<tool_call>', got 'true'"]
+    next(t for t in candidate.transcripts if t.case_id == "cast").forcing_problems = []  # exactly the forced text
+    gate = build_gate(baseline, candidate)
+    difference = next(d for d in gate["differences"] if d["case_id"] == "refused")
+    assert difference["excerpt"]["unforced"] == {"baseline": refused.forcing_problems[0]}
+    rows = {row["case_id"]: row for row in gate["behaviours"]}
+    assert rows["refused"]["unforced"] == {"baseline": ["non-stream"]}
+    assert rows["cast"]["unforced"] == {} and rows["same"]["unforced"] == {}
+    assert all(d["excerpt"]["unforced"] == {} for d in gate["differences"] if d["case_id"] != "refused")
+
+
 def write(tmp_path: Path, text: str, name: str = "expect.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text)

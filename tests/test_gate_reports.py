@@ -176,6 +176,36 @@ def test_default_client_actions_are_worded_from_the_recorded_values():
         assert not action(member).startswith(gate_actions.NO_ADVICE)
 
 
+def _with_an_unforced_answer(gate: dict) -> dict:
+    """hermes answered tool-choice-required with the tiny model's own output, not the forced text."""
+    reason = "the output is not the forced text: expected '<tool_call>...', got '<tool_call>{\"arguments\": true}'"
+    for difference in gate["differences"]:
+        if difference["case_id"] == "tool-choice-required":
+            difference["excerpt"]["unforced"] = {"baseline": reason}
+    next(b for b in gate["behaviours"] if b["case_id"] == "tool-choice-required")["unforced"] = {
+        "baseline": ["stream", "non-stream"]}
+    return gate
+
+
+def test_reports_mark_an_answer_that_is_not_the_forced_text_as_unforced():
+    gate = _with_an_unforced_answer(full_gate())
+    text = gate_markdown.render(gate)
+    row = next(line for line in text.splitlines() if line.startswith("| `tool-choice-required` |"))
+    baseline_cell, candidate_cell = row.split(" | ")[1:3]
+    assert baseline_cell.startswith("**unforced** (both modes) `") and "unforced" not in candidate_cell
+    assert sum(1 for line in text.splitlines() if line.startswith("| `") and "**unforced**" in line) == 1
+    assert "An answer marked **unforced** is the model's own output, not the forced text" in text
+    assert "- **`legacy` answered** (**unforced**: the output is not the forced text: expected" in text
+    assert "- **`hf` answered**: `HTTP 400" in text  # the other side is not marked
+    page = gate_html.render(gate)
+    cells = page[page.index("id='case-tool-choice-required'"):].split("</tr>", 1)[0]
+    assert "<span class='unforced'" in cells and cells.index("unforced (both modes)") < cells.index("candidate of")
+    detail = page[page.index("id='diff-tool-choice-required-stream-request_refused'"):].split("</div>", 1)[0]
+    assert "<code>legacy</code> answered <span class='unforced'" in detail and "got &#x27;&lt;tool_call&gt;" in detail
+    # A gate.json without the field (written before it) marks nothing.
+    assert "**unforced** (" not in gate_markdown.render(full_gate())
+
+
 def test_row_state_follows_the_differences_not_a_contradicting_row_flag():
     gate = full_gate()
     for behaviour in gate["behaviours"]:

@@ -155,7 +155,15 @@ def _excerpt(pair: Pair, difference: Difference) -> dict[str, Any]:
         if transcript.forced:
             request["forced output"] = transcript.forced_text
     return {"request": request,
-            **{side: answer_summary(pair.transcripts.get(side)) for side in SIDES}}
+            **{side: answer_summary(pair.transcripts.get(side)) for side in SIDES},
+            "unforced": {side: reason for side in SIDES if (reason := unforced(pair.transcripts.get(side)))}}
+
+
+def unforced(transcript: Transcript | None) -> str | None:
+    """Why a forced request's answer is not the forced text (the model's own output: a server's grammar
+    replaced the forcing, as hermes does for `tool_choice: required`), or None when it is, or unverified."""
+    problems = transcript.forcing_problems if transcript is not None and transcript.forced else None
+    return "; ".join(problems)[:400] if problems else None
 
 
 def answer_summary(transcript: Transcript | None) -> str | None:
@@ -202,10 +210,14 @@ def _behaviours(by_pair: Sequence[tuple[Pair, list[Difference]]], acknowledged_b
         features, description = pair.case_info
         row = rows.setdefault(pair.case_id, {"case_id": pair.case_id, "features": list(features),
                                              "description": description, "baseline": None, "candidate": None,
-                                             "changed": False, "kinds": [], "acknowledged": True})
+                                             "changed": False, "kinds": [], "acknowledged": True,
+                                             "unforced": {}})
         if pair.mode == "stream" or row["baseline"] is None:
             for side in SIDES:
                 row[side] = answer_summary(pair.transcripts.get(side))
+        for side in SIDES:
+            if unforced(pair.transcripts.get(side)):
+                row["unforced"].setdefault(side, []).append(pair.mode)
         for difference in found:
             row["changed"] = True
             if difference.kind not in row["kinds"]:

@@ -43,6 +43,7 @@ img.chart{max-width:100%;border:1px solid #d0d7de}
 td.id code{white-space:normal;overflow-wrap:normal}
 table.behaviours,table.todo{table-layout:fixed}
 .diff,tr.case,h2,h3{scroll-margin-top:4em}
+.unforced{color:#fff;background:#9a6700;border-radius:6px;padding:0 .3em;font-size:.85em}
 .badge{color:#fff;border-radius:6px;padding:0 .3em;margin-right:.2em}
 .badge.pass{background:#1a7f37}.badge.fail{background:#cf222e}.badge.error{background:#8250df}
 """
@@ -191,7 +192,7 @@ def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str], left_ou
         state = "acknowledged" if acknowledged else "unacknowledged"
         rows = "".join(
             f"<tr {_attrs(state, item.features)}><td>{h(item.title)}</td><td>{_where(item, left_out)}</td>"
-            f"<td>{_example(item)}</td><td>{segments(item.action)}</td></tr>"
+            f"<td>{_example(item, labels)}</td><td>{segments(item.action)}</td></tr>"
             for item in chosen
         )
         parts.append(
@@ -217,9 +218,12 @@ def _where(item: actions.ToDo, left_out: Collection[str]) -> str:
     return links
 
 
-def _example(item: actions.ToDo) -> str:
+def _example(item: actions.ToDo, labels: Mapping[str, str]) -> str:
     group, member = item.entries[0]
     example = h(view.plain(member.get("summary") or group.title, 300))
+    unforced = view.unforced_sides(member)
+    if unforced:
+        example += f" (<span class='unforced'>unforced</span> answer under {', '.join(c(labels[s]) for s in unforced)})"
     return f"e.g. {c(group.case_id)}: {example}" if len(item.rows) > 1 else example
 
 
@@ -235,7 +239,13 @@ def _difference(group: DifferenceGroup, labels: Mapping[str, str], in_full: bool
     for found in view.group_excerpts(group):
         if found["request"] is not None:
             shared.append(("Request", c(found["request"])))
-        shared += [(f"{c(labels[side])} answered", c(found[side])) for side in view.SIDES if found[side] is not None]
+        for side in view.SIDES:
+            if found[side] is not None:
+                reason = view.unforced_reason(group.members[0], side)
+                mark = (f" <span class='unforced' title='{h(view.UNFORCED_MEANING)}'>unforced</span>"
+                        if reason else "")
+                note = f"<br><span class='note'>{h(reason)}</span>" if reason else ""
+                shared.append((f"{c(labels[side])} answered{mark}", c(found[side]) + note))
     items = [_definitions(shared)] if shared else []
     for member in group.members:
         base, cand = view.difference_values(member)
@@ -260,7 +270,8 @@ def _definitions(rows: Sequence[tuple[str, str]], css: str = "") -> str:
 def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labels: Mapping[str, str],
                 full: Collection[str], left_out: Collection[str]) -> str:
     parts = ["<h2 id='behaviours'>Behaviours by feature</h2><p class='note'>One row per case (both modes folded), "
-             "under its first feature; <b>show</b> opens a changed row's requests, answers and client actions.</p>"]
+             "under its first feature; <b>show</b> opens a changed row's requests, answers and client actions. "
+             f"An answer marked <span class='unforced'>unforced</span> is {h(view.UNFORCED_MEANING)}.</p>"]
     if len(full) < len(groups):
         parts.append(_size_cap(groups, full, left_out))
     used_ids: set[str] = set()
@@ -280,8 +291,8 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
             toggle = "<button class='toggle' aria-expanded='false'>▸ show</button>" if case_groups else ""
             body.append(
                 f"<tr id='{row_id}' class='case' {_attrs(state, behaviour.get('features') or [])}>"
-                f"<td class='id'>{toggle}{c(case_id)}</td><td>{c(view.plain(behaviour.get('baseline') or ''))}</td>"
-                f"<td>{c(view.plain(behaviour.get('candidate') or ''))}</td>"
+                f"<td class='id'>{toggle}{c(case_id)}</td>"
+                + "".join(f"<td>{_answer_cell(behaviour, side)}</td>" for side in view.SIDES) +
                 f"<td class='state-{state}'>{ROW_MARKS[state]}</td></tr>"
             )
             if case_groups:
@@ -302,6 +313,14 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
         parts.append("<h3>Differences of cases without a behaviour row</h3>"
                      + "".join(f"<p>{c(g.case_id)}</p>{_difference(g, labels, g.anchor in full)}" for g in orphans))
     return "".join(parts)
+
+
+def _answer_cell(behaviour: Mapping[str, Any], side: view.Side) -> str:
+    modes = view.unforced_modes(behaviour, side)
+    answer = c(view.plain(behaviour.get(side) or ""))
+    if not modes:
+        return answer
+    return f"<span class='unforced' title='{h(view.UNFORCED_MEANING)}'>unforced ({h(modes)})</span> {answer}"
 
 
 def _size_cap(groups: Sequence[DifferenceGroup], full: Collection[str], left_out: Collection[str]) -> str:

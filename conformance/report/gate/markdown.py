@@ -75,20 +75,29 @@ def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> list
         if chosen:
             lines += [f"### {actions.to_do_heading(title, chosen)}", "", note, ""]
             lines += _table(["difference", "where", "what changed", "client action"],
-                            [_to_do_row(item) for item in chosen], more="things to do") + [""]
+                            [_to_do_row(item, labels) for item in chosen], more="things to do") + [""]
     return lines
 
 
-def _to_do_row(item: actions.ToDo) -> list[str]:
+def _to_do_row(item: actions.ToDo, labels: Mapping[str, str]) -> list[str]:
     cases = item.where()
     where = ", ".join(f"{code(case_id, True)} ({text(modes)})" for case_id, modes, _ in cases[: actions.MAX_ROWS_LISTED])
     if len(cases) > actions.MAX_ROWS_LISTED:
         where += f" and {len(cases) - actions.MAX_ROWS_LISTED} more"
     group, member = item.entries[0]
     example = text(view.plain(member.get("summary") or group.title, 300))
+    unforced = view.unforced_sides(member)
+    if unforced:
+        example += f" (unforced answer under {', '.join(code(labels[side], True) for side in unforced)})"
     if len(item.rows) > 1:
         example = f"e.g. {code(group.case_id, True)}: {example}"
     return [text(item.title), where, example, segments(item.action, True)]
+
+
+def _answer_cell(behaviour: Mapping[str, Any], side: view.Side) -> str:
+    modes = view.unforced_modes(behaviour, side)
+    answer = code(view.plain(behaviour.get(side) or ""), True)
+    return f"**unforced** ({text(modes)}) {answer}" if modes else answer
 
 
 def _difference_details(group: DifferenceGroup, labels: Mapping[str, str]) -> list[str]:
@@ -97,8 +106,11 @@ def _difference_details(group: DifferenceGroup, labels: Mapping[str, str]) -> li
     for found in view.group_excerpts(group):
         if found["request"] is not None:
             lines.append(f"- **Request** (the fields that matter): {code(found['request'])}")
-        lines += [f"- **{code(labels[side])} answered**: {code(found[side])}" for side in view.SIDES
-                  if found[side] is not None]
+        for side in view.SIDES:
+            if found[side] is not None:
+                reason = view.unforced_reason(group.members[0], side)
+                mark = f" (**unforced**: {text(reason)})" if reason else ""
+                lines.append(f"- **{code(labels[side])} answered**{mark}: {code(found[side])}")
     for member in group.members:
         base, cand = view.difference_values(member)
         field, summary = view.what_differs(member)
@@ -119,15 +131,15 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
     tables alone, then nothing."""
     lines = ["", "## Behaviours by feature", "",
              "One row per case (both modes folded), under its first feature. Each changed row is followed by the "
-             "request, both servers' answers and the client action.", ""]
+             f"request, both servers' answers and the client action. An answer marked **unforced** is "
+             f"{text(view.UNFORCED_MEANING)}.", ""]
     used, cut = 0, 0
     by_case = view.groups_by_case(groups)
     for feature, rows in view.behaviours_by_feature(gate).items():
         table = [f"### {text(feature)}", ""] + _table(
             ["case", f"{code(labels['baseline'], True)} (baseline)", f"{code(labels['candidate'], True)} (candidate)",
              "changed?"],
-            [[code(str(b.get("case_id")), True), code(view.plain(b.get("baseline") or ""), True),
-              code(view.plain(b.get("candidate") or ""), True),
+            [[code(str(b.get("case_id")), True), *(_answer_cell(b, side) for side in view.SIDES),
               ROW_MARKS[view.row_state(b, by_case.get(str(b.get("case_id")), []))]] for b in rows],
         ) + [""]
         details = []

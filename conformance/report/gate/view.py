@@ -242,6 +242,28 @@ def group_excerpts(group: DifferenceGroup) -> list[dict[str, str | None]]:
     return [e for i, e in enumerate(found) if e not in found[:i] and any(v is not None for v in e.values())]
 
 
+UNFORCED_MEANING = ("the model's own output, not the forced text (the server replaced the forcing, e.g. with its own "
+                    "grammar), so not what its parser makes of the case's output")
+
+
+def unforced_modes(behaviour: Mapping[str, Any], side: Side) -> str | None:
+    """`stream`, `non-stream` or `both modes` when that side's answer to the case was not the forced text."""
+    modes = (behaviour.get("unforced") or {}).get(side) or []
+    if not modes:
+        return None
+    return "both modes" if len(set(modes)) > 1 else str(modes[0])
+
+
+def unforced_reason(member: Mapping[str, Any], side: Side) -> str | None:
+    """Why that side's answer in this difference's case and mode was not the forced text (None: it was)."""
+    reason = ((member.get("excerpt") or {}).get("unforced") or {}).get(side)
+    return plain(reason, 300) if reason else None
+
+
+def unforced_sides(member: Mapping[str, Any]) -> list[Side]:
+    return [side for side in SIDES if unforced_reason(member, side)]
+
+
 def acknowledgement(member: Mapping[str, Any]) -> dict[str, str] | None:
     ack = member.get("acknowledged")
     if not ack:
