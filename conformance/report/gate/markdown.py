@@ -46,7 +46,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], more: str = "ro
     return lines
 
 
-def _head(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
+def _verdict(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
     icon, outcome, line = view.verdict(gate)
     exit_code = (gate.get("verdict") or {}).get("exit_code")
     return [
@@ -56,8 +56,15 @@ def _head(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
         f"{code(str(exit_code))}. {segments(view.expectations_sentence(gate))}", "",
         "For each case the suite sent the same request to both servers, streaming and not, and compared what a "
         "client receives. Every difference below says what a client must do about it. Unacknowledged "
-        "differences fail the gate until they are fixed or acknowledged in the expectations file. The same "
-        "content with filters is in `report.html`; the full record is `gate.json`.", "",
+        "differences fail the gate until they are fixed or acknowledged in the expectations file.",
+    ]
+
+
+def _head(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
+    lines = _verdict(gate, labels)
+    lines[-1] += " The same content with filters is in `report.html`; the full record is `gate.json`."
+    return [
+        *lines, "",
         "## Servers compared", "",
         *_table(["", f"baseline {code(labels['baseline'], True)}", f"candidate {code(labels['candidate'], True)}"],
                 [[text(label), code(b, True), code(c, True)] for label, b, c in view.stamp_rows(gate)]),
@@ -234,18 +241,30 @@ MAX_SUMMARY_ROWS = 50  # unacknowledged differences listed in the step summary; 
 
 
 def render_summary(gate: Mapping[str, Any]) -> str:
-    """The job summary of a CI step (`summary.md`, for $GITHUB_STEP_SUMMARY): the verdict, the servers, what
-    clients must change and every unacknowledged difference; acknowledged detail stays in report.md,
-    report.html and gate.json (a passing gate's whole report ran to thousands of lines there)."""
+    """The job summary of a CI step (`summary.md`, for $GITHUB_STEP_SUMMARY): the verdict, what clients must
+    change and every unacknowledged difference, then where the rest is; acknowledged detail, the servers'
+    stamps, timing and browser access stay in report.html, report.md and gate.json (a passing gate's whole
+    report ran to thousands of lines there)."""
     labels = view.labels(gate)
     groups = view.difference_groups(gate)
     open_groups = [group for group in groups if not group.acknowledged]
-    lines = _head(gate, labels) + _to_do(groups, labels) + ["", f"## Unacknowledged differences ({len(open_groups)})", ""]
+    lines = _verdict(gate, labels) + _to_do(groups, labels)
+    lines += ["", f"## Unacknowledged differences ({len(open_groups)})", ""]
     if not open_groups:
         lines.append("None: every difference is acknowledged by the expectations file.")
     for group in open_groups[:MAX_SUMMARY_ROWS]:
         lines.append(f"- {code(group.case_id)} {text(group.mode)}, {text(group.title)}: {text(group.summary)}")
     if len(open_groups) > MAX_SUMMARY_ROWS:
-        lines.append(f"- and {len(open_groups) - MAX_SUMMARY_ROWS} more: see `report.md`")
-    lines += ["", "Every difference, acknowledged or not, with its evidence: `report.md`, `report.html` and `gate.json`."]
+        lines.append(f"- and {len(open_groups) - MAX_SUMMARY_ROWS} more: see `report.html` "
+                     "(`report.html?outcome=unacknowledged`) or `report.md`")
+    acknowledged = sum(len(group.members) for group in groups if group.acknowledged)
+    lines += ["", "## Not in this summary", "",
+              f"The {acknowledged} acknowledged difference(s) in detail (each one's request, both answers and the "
+              "expectation that acknowledges it), the servers compared, the timing and browser access are in the "
+              "gate's output directory, next to this summary:",
+              "- `report.html`: set the **Outcome** filter to `acknowledged` (or open "
+              "`report.html?outcome=acknowledged`); a row's **show** opens its differences;",
+              "- `gate.json`: `differences`, each with its `acknowledged` entry (`null`: not acknowledged), "
+              "`behaviours`, `timing`, `cors`;",
+              "- `report.md`: the whole report as Markdown."]
     return "\n".join(lines) + "\n"
