@@ -490,7 +490,7 @@ def test_html_in_headless_chromium_shows_the_table_and_the_chart_and_opens_fragm
     assert set(shown) == {gate_view.anchor("case", b["case_id"]) for b in gate["behaviours"]
                           if _state(gate, b) == "unacknowledged" and "request_error" in b["features"]}
     assert browser.evaluate("document.getElementById('shown').textContent") == f"{len(shown)} of {len(gate['behaviours'])} behaviour rows shown"
-    todo = browser.evaluate("Array.from(document.querySelectorAll('table.todo tr[data-state]')).filter(function (r) {"
+    todo = browser.evaluate("Array.from(document.querySelectorAll('table.todo tbody tr')).filter(function (r) {"
                             " return getComputedStyle(r).display !== 'none'; }).length")
     items = gate_actions.to_do(gate_view.difference_groups(gate), gate_view.labels(gate))
     assert todo == sum(1 for item in items if not item.acknowledged and "request_error" in item.features) > 0
@@ -499,6 +499,47 @@ def test_html_in_headless_chromium_shows_the_table_and_the_chart_and_opens_fragm
     assert browser.evaluate("document.getElementById('case-tools-empty').nextElementSibling.hidden") is False
     browser.evaluate("document.querySelector('#case-tools-empty button.toggle').click()")
     assert browser.evaluate("document.getElementById('case-tools-empty').nextElementSibling.hidden") is True
+
+
+def _shown(browser, selector: str) -> list[str]:
+    return browser.evaluate(f"Array.from(document.querySelectorAll({json.dumps(selector)})).filter(function (e) {{"
+                            " var r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; })"
+                            ".map(function (e) { return e.textContent; })")
+
+
+def test_html_filter_reaches_the_to_do_list_says_when_nothing_matches_and_anchors_clear_the_bar(browser, tmp_path):
+    gate = full_gate()
+    url = write_gate_reports(tmp_path / "gate", gate)["html"].as_uri()
+    # The feature filter narrows each to-do row to its cases of that feature: the accumulate advice
+    # concerns two-calls (parallel_calls) and nested-arguments, and only the first stays.
+    browser.open(f"{url}?feature=parallel_calls")
+    where = _shown(browser, "table.todo span.where")
+    assert where == ["two-calls (stream)"]
+    assert len(_shown(browser, "table.todo tbody tr")) == 1
+    assert browser.evaluate("document.getElementById('todo-none').hidden") is True
+    browser.open(f"{url}?feature=all")
+    assert {"two-calls (stream)", "nested-arguments (stream)"} <= set(_shown(browser, "table.todo span.where"))
+    separators = browser.evaluate("Array.from(document.querySelectorAll('table.todo span.where')).filter(function (e) {"
+                                  " return /^(two-calls|nested-arguments) /.test(e.textContent); }).map(function (e) {"
+                                  " return getComputedStyle(e, '::before').content; })")
+    assert separators == ["none", '", "']  # the cases shown are comma-separated, the first without one
+    # A filter nothing matches says so, in the to-do list and in the behaviours.
+    assert not _shown(browser, "#rows-none") and not _shown(browser, "#todo-none")
+    browser.open(f"{url}?outcome=unchanged&feature=request_error")
+    assert _shown(browser, "#rows-none") == ["No rows match this filter."]
+    assert _shown(browser, "#todo-none") == ["No rows match this filter."]
+    assert not _shown(browser, "table.todo") and not _shown(browser, "tr.case")
+    # On a narrow window the sticky filter bar wraps; a row opened by its anchor sits below it, not under it.
+    narrow = Chromium(tmp_path / "chromium-narrow", width=420, height=500)
+    try:
+        for target in ("case-hostile-case", "diff-unclosed-call-stream-finish_reason"):
+            narrow.open(f"{url}#{target}")
+            top, bar_bottom, scrolled = narrow.evaluate(
+                f"[document.getElementById('{target}').getBoundingClientRect().top,"
+                " document.getElementById('filters').getBoundingClientRect().bottom, window.scrollY]")
+            assert scrolled > 0 and top >= bar_bottom - 1, (target, top, bar_bottom)
+    finally:
+        narrow.close()
 
 
 def _huge_gate_with_ids() -> dict:
