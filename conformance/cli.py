@@ -16,7 +16,6 @@ import threading
 from conformance import __version__, commands
 from conformance.util import exit_codes
 
-
 EXTRA_HINT = ("pip install 'hf-parser-conformance[audit]' for `audit`, '[live]' for the verbs that run servers or "
               "read their recordings, '[clients]' for `clients`")
 

@@ -91,7 +91,7 @@ def test_an_audit_without_its_extra_says_which_package_to_install(blocked_enviro
 def test_every_verb_parses_its_command_line_with_those_libraries_refused(blocked_environment: dict[str, str],
                                                                          tmp_path: Path) -> None:
     """The command line imports each verb's module to register it: none may need a verb's heavy library."""
-    for verb in ("audit", "run", "gate", "contract", "clients"):
+    for verb in ("audit", "run", "gate", "contract", "clients", "summary"):
         done = subprocess.run([sys.executable, "-m", "conformance", verb, "--help"], env=blocked_environment,
                               capture_output=True, text=True, cwd=tmp_path, timeout=60)
         assert done.returncode == 0 and "usage: conformance" in done.stdout, (verb, done.stderr)

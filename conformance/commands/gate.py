@@ -143,12 +143,13 @@ def _expectations(args: argparse.Namespace, pair: tuple[str, str] | None,
     """(the entries acknowledging differences, where they come from: gate.json's `expectations`).
     Without --expect/--no-expect the default is the file shipped for the (baseline, candidate) profile
     `pair` in response format `form`, if one ships (`pair` None: servers given by URL, no default)."""
-    from conformance.compare.expectations import load_expectations, shipped_expectations
+    from conformance.compare.expectations import acknowledge_line, load_expectations, shipped_expectations
 
     if args.no_expect:
         return [], {"file": None, "note": "--no-expect: nothing is acknowledged"}
     if args.expect is not None:
-        return load_expectations(args.expect), {"file": str(args.expect), "note": "given with --expect"}
+        entries = load_expectations(args.expect)
+        return entries, {"file": str(args.expect), "note": "given with --expect", "line": acknowledge_line(args.expect)}
     shipped = shipped_expectations(*pair, form) if pair else None
     on_format = "" if form == DEFAULT_FORMAT.name else f" on the {form} format"
     if shipped is None:
@@ -277,8 +278,7 @@ def _recorded_cors(gate_dir: Path) -> dict[str, Any] | None:
     without a gate.json there or one that says none; OSError for one that cannot be read (a FIFO, too large)."""
     import json
 
-    from conformance.compare.gate import GATE_FILE
-    from conformance.report.gate.annotations import MAX_GATE_BYTES
+    from conformance.compare.gate import GATE_FILE, MAX_GATE_BYTES
 
     try:
         return json.loads(read_bounded(gate_dir / GATE_FILE, MAX_GATE_BYTES, "a gate record")).get("cors")
