@@ -118,7 +118,7 @@ def test_the_markdown_groups_by_feature_and_names_each_difference(runs):
 def test_contract_command_writes_both_views_and_a_gate_dir_stands_for_its_two_sides(runs, tmp_path, capsys):
     assert main(["contract", *map(str, runs), "--out", str(tmp_path / "m")]) == 0
     assert "5 behaviours of 3 servers (legacy, hf, other); 3 differ" in capsys.readouterr().out
-    assert {p.name for p in (tmp_path / "m").iterdir()} == {"contract.md", "contract.html"}
+    assert {p.name for p in (tmp_path / "m").iterdir()} == {"contract.json", "contract.md", "contract.html"}
     gate = tmp_path / "gate"
     for side, run in (("baseline", runs[0]), ("candidate", runs[1])):
         shutil.copytree(run, gate / side)

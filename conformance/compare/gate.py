@@ -28,6 +28,7 @@ from conformance.util import exit_codes
 
 GATE_FORMAT = "conformance-gate/1"
 GATE_FILE = "gate.json"
+MAX_GATE_BYTES = 256 * 1024 * 1024  # the largest gate.json read back
 SIDES = ("baseline", "candidate")
 NEWLY_BAD = ("fail", "error")
 EXCERPT_REQUEST_SKIP = {"messages", "input", "tools", "model", "structured_outputs", "return_token_ids"}
