@@ -64,7 +64,7 @@ def check(audit: Any, options: OfflineOptions) -> None:
         return
     subject = (subject_of(audit.tokenizer_config or {}, audit.file_paths) if audit.status == "ok"
                else f"the checkpoint could not be audited ({audit.status})")
-    if audit.status == "ok" and audit.template is not None and not audit.template.valid:
+    if audit.status == "ok" and audit.template is not None and audit.template.present and not audit.template.valid:
         subject = "the response_template does not load"
     if isinstance(subject, str):
         if options.examples > 0:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -13,7 +12,6 @@ from conformance.formats.checkpoint_files import OK
 from conformance.util import exit_codes
 
 DEFAULT_LIST = Path("checkpoints.yaml")
-LOG_WIDTH = 160  # the table's width when the output is not a terminal (and COLUMNS is not set)
 
 DESCRIPTION = """\
 Audit checkpoints for the Hugging Face `hf` response parser of vLLM 0.32: which metadata key they carry
@@ -139,13 +137,12 @@ def _offline_options(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from conformance.audit.checkpoint_audit import CHECKPOINT_FAULTS, audit_checkpoints, audit_local
     from conformance.audit.checkpoint_list import CheckpointsError, revision_warning
     from conformance.audit.hub import HubSettings
     from conformance.audit.offline import check as check_offline
-    from conformance.report.audit.report import STDOUT, AuditReportWriter, render_table
+    from conformance.report.audit.report import STDOUT, AuditReportWriter, audit_to_json, predictors_json
+    from conformance.report.audit.terminal import checkpoint_state, render_terminal
     from conformance.util.progress import Progress
 
     try:
@@ -174,20 +171,21 @@ def run(args: argparse.Namespace) -> int:
     log = sys.stderr if to_stdout else sys.stdout
     try:  # audits never raise OSError (an unreadable file is a checkpoint status): these are the report files
         writer = AuditReportWriter(args.json, args.markdown)
+        predictors = predictors_json()
         with Progress(len(args.local) + len(entries), "audit") as progress:
             for directory in args.local:
                 audit = audit_local(directory)
                 check_offline(audit, offline)
                 audit.position = len(writer.audits)
                 writer.add(audit)
-                progress.advance(audit.id, f"{audit.id}: {audit.status}")
+                progress.advance(audit.id, f"{audit.id}: {checkpoint_state(predictors, audit_to_json(audit))}")
             offset = len(writer.audits)
             try:
                 for audit in audit_checkpoints(entries, settings, workers=args.workers):
                     audit.position += offset
                     check_offline(audit, offline)
                     writer.add(audit)
-                    progress.advance(audit.id, f"{audit.id}: {audit.status}")
+                    progress.advance(audit.id, f"{audit.id}: {checkpoint_state(predictors, audit_to_json(audit))}")
             except KeyboardInterrupt:
                 writer.interrupt()
                 print(f"interrupted after {len(writer.audits)} of {len(args.local) + len(entries)} checkpoints; "
@@ -198,14 +196,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: cannot write the report: {exc}", file=sys.stderr)
         return exit_codes.ERROR
 
-    # On a terminal, its width (the table fits 80 columns); in a log, wide enough that ids stay on one line.
-    console = Console(file=log)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(file=log, width=LOG_WIDTH)
-    console.print(render_table(report))
-    for checkpoint in report["checkpoints"]:
-        for message in ([checkpoint["error"]] if checkpoint["error"] else []) + checkpoint["unmet_expectations"]:
-            print(f"{checkpoint['id']}: {message}", file=log)
+    log.write(render_terminal(report))
     if offline.examples > 0:
         print(f"round trip: seed {offline.seed} (the same --seed reproduces it)", file=log)
     for path in (args.json, args.markdown):
