@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from conformance.audit.hub import DEFAULT_WORKERS
@@ -12,6 +13,7 @@ from conformance.formats.checkpoint_files import OK
 from conformance.util import exit_codes
 
 DEFAULT_LIST = Path("checkpoints.yaml")
+EXPECTATIONS = ("starts", "fails")
 
 DESCRIPTION = """\
 Audit checkpoints for the Hugging Face `hf` response parser of vLLM 0.32: which metadata key they carry
@@ -25,8 +27,14 @@ checkpoint is named) and --local DIR. Hub access uses huggingface_hub and honour
 HF_HOME / HF_HUB_CACHE, HF_HUB_OFFLINE, HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT (see --timeout); a commit
 already in the cache costs no request.
 
-Exit 1 when a checkpoint misses its `expect`, or its files are broken (invalid JSON, over 5 MB, nested over
-100 levels, a template too expensive to analyse); findings (template rules, round trip, implementations side by
+--expect starts|fails lets a checkpoint's CI gate on the audit without reading JSON: each --local DIR and
+REPO named on the command line must then start (or fail) in every configuration on the predicted hf start-up of
+vLLM 0.32 and 0.33 (their Python frontends), as `expect` on all three configurations in a checkpoint list
+(whose entries keep their own).
+
+Exit codes: 0 when every checkpoint was read and met its expectations (and, with --fail-on-findings, had no
+finding). 1 when a checkpoint misses its `expect` or --expect, or its files are broken (invalid JSON, over 5 MB,
+nested over 100 levels, a template too expensive to analyse); findings (template rules, round trip, implementations side by
 side) do too with --fail-on-findings, and only then. Exit 2 when a checkpoint cannot be reached (not found,
 unauthorized, gated, Hub error, timeout, network, not cached while offline) or its files cannot be read, on
 bad input, or when a report cannot be written; exit 130 on Ctrl-C, after writing the reports of the checkpoints
@@ -67,6 +75,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="parse the round trip's outputs and every shipped case's forced output with these "
                              "implementations (transformers-5.16.1 ... transformers-5.24.0, vllm-0.32, vllm-0.33, "
                              "sglang-0.5.23; `transformers` = every release) and report where they disagree")
+    parser.add_argument("--expect", choices=EXPECTATIONS, metavar="starts|fails",
+                        help="exit 1 unless vLLM 0.32's and 0.33's hf parsers are predicted to start (or to fail) in "
+                             "every configuration (tool, reasoning, both) on each --local DIR and REPO named here, "
+                             "saying on standard error which did not and why")
     parser.add_argument("--fail-on-findings", action="store_true",
                         help="exit 1 when any checkpoint has a finding, saying on standard error how many had one")
     parser.add_argument("--write-template", type=Path, metavar="FILE",
@@ -101,7 +113,7 @@ def _write_template(audit, target: Path) -> str:
 def _entries(args: argparse.Namespace) -> list:
     from conformance.audit.checkpoint_list import load_checkpoints, parse_spec
 
-    entries = [parse_spec(spec) for spec in args.checkpoints]
+    entries = [replace(parse_spec(spec), expect=_expectation(args)) for spec in args.checkpoints]
     list_file = args.list_file
     if list_file is None and not entries and not args.local:
         if not DEFAULT_LIST.is_file():
@@ -111,6 +123,13 @@ def _entries(args: argparse.Namespace) -> list:
     if list_file is not None:
         entries += load_checkpoints(list_file)
     return entries
+
+
+def _expectation(args: argparse.Namespace) -> dict[str, str]:
+    """--expect as a checkpoint list's `expect`: the same outcome for every configuration (none without it)."""
+    from conformance.audit.predictors.vllm_032 import CONFIGURATIONS
+
+    return {name: args.expect for name in CONFIGURATIONS} if args.expect else {}
 
 
 class UsageError(Exception):
@@ -175,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
         with Progress(len(args.local) + len(entries), "audit") as progress:
             for directory in args.local:
                 audit = audit_local(directory)
+                audit.expect = _expectation(args)
                 check_offline(audit, offline)
                 audit.position = len(writer.audits)
                 writer.add(audit)
@@ -207,6 +227,11 @@ def run(args: argparse.Namespace) -> int:
     failing_findings = [a for a in audits if a.findings] if args.fail_on_findings else []
     if failing_findings:
         print(f"--fail-on-findings: {len(failing_findings)} of {len(audits)} checkpoints had findings", file=sys.stderr)
+    named_here = len(args.local) + len(args.checkpoints)  # --local first, then REPO arguments, then the list's
+    for audit in sorted(audits, key=lambda audit: audit.position):
+        if args.expect and audit.position < named_here and (unmet := audit.unmet_expectations):
+            more = f" (and {len(unmet) - 1} more)" if len(unmet) > 1 else ""
+            print(f"--expect {args.expect}: {audit.id}: {unmet[0]}{more}", file=sys.stderr)
     if args.write_template is not None:
         try:
             print(_write_template(audits[0], args.write_template), file=sys.stderr)
