@@ -22,7 +22,8 @@ def roundtrip_lines(record: dict[str, Any] | None) -> list[str]:
     if record["status"] != "ran":
         return [f"- round trip **{record['status']}**: {record['reason']}"]
     failures = record["failures"]
-    lines = [f"- round trip: {record['examples']} examples (seed {record['seed']}), "
+    lines = [f"- round trip: {record['examples']} examples generated of {record['examples_asked']} asked "
+             f"(seed {record['seed']}), "
              + (f"**{len(failures)} counterexample(s)**" if failures else "no counterexample")]
     for failure in failures:
         lines.append(f"  - {failure['code']}: {failure['summary']}")

@@ -115,7 +115,8 @@ def _offline_lines(checkpoint: dict[str, Any]) -> list[str]:
     if roundtrip is not None:
         if roundtrip["status"] == "ran":
             failures = len(roundtrip["failures"])
-            lines.append(f"round trip: {roundtrip['examples']} examples (seed {roundtrip['seed']}), "
+            lines.append(f"round trip: {roundtrip['examples']} of {roundtrip['examples_asked']} examples "
+                         f"(seed {roundtrip['seed']}), "
                          + (f"{failures} kind(s) of counterexample" if failures else "no counterexample"))
         else:
             lines.append(f"round trip {roundtrip['status']}: {roundtrip['reason']}")
