@@ -44,7 +44,9 @@ def implementations_lines(record: dict[str, Any] | None) -> list[str]:
         lines.append(f"- implementations **{record['status']}**: {record['reason']}")
     else:
         lines.append(f"- implementations ({', '.join(record['implementations'])}): {record['agreeing_inputs']} of "
-                     f"{record['inputs']} inputs agree in both modes; {len(record['disagreements'])} kind(s) of disagreement")
+                     f"{record['inputs']} inputs that exercise its template agree in both modes "
+                     f"({record['inputs_left_out']} shipped forced output(s) in another format left out); "
+                     f"{len(record['disagreements'])} kind(s) of disagreement")
     lines += [f"  - unavailable {name}: {reason}" for name, reason in record["unavailable"].items()]
     for entry in record["disagreements"]:
         note = entry["explained"] or "**undocumented**"

@@ -122,7 +122,8 @@ def _offline_lines(checkpoint: dict[str, Any]) -> list[str]:
             lines.append(f"round trip {roundtrip['status']}: {roundtrip['reason']}")
     if matrix is not None:
         if matrix["status"] == "ran":
-            lines.append(f"implementations: {matrix['agreeing_inputs']} of {matrix['inputs']} inputs agree")
+            lines.append(f"implementations: {matrix['agreeing_inputs']} of {matrix['inputs']} inputs agree "
+                         f"({matrix['inputs_left_out']} forced outputs in another format left out)")
         else:
             lines.append(f"implementations {matrix['status']}: {matrix['reason']}")
         lines += [f"implementation {name} unavailable: {reason}" for name, reason in matrix["unavailable"].items()]
