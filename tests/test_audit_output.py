@@ -15,7 +15,14 @@ import jsonschema
 from conformance.audit.checkpoint_audit import audit_local
 from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.report.audit.report import build_report
-from conformance.report.audit.terminal import LEGEND, checkpoint_lines, checkpoint_state, render_terminal
+from conformance.report.audit.terminal import (
+    INDENT,
+    LEGEND,
+    checkpoint_lines,
+    checkpoint_state,
+    render_terminal,
+    wrapped,
+)
 from conformance.util import exit_codes
 from conformance.util.package_paths import load_schema
 from tests.audit_helpers import fixture_tokenizer_configs
@@ -122,6 +129,14 @@ def test_the_terminal_lines_fit_80_columns_and_break_between_words(tmp_path: Pat
     assert "error: the template analysis took longer than 10 s" in text
     finding = next(line for line in lines if "finding slow-regex" in line)
     assert finding.endswith("…") and "very" in finding  # one short line, cut at a word
+
+
+def test_a_path_wider_than_a_line_breaks_after_a_slash() -> None:
+    path = "/" + "/".join(f"directory-{index}" for index in range(12)) + "/tokenizer_config.json"
+    lines = wrapped(f"error: {path}: cannot read", INDENT)
+    assert len(lines) > 1 and max(len(line) for line in lines) <= 80
+    assert all(line.endswith("/") for line in lines[:-1])
+    assert "".join(line.strip() for line in lines) == f"error: {path}: cannot read"
 
 
 def test_every_predicted_server_is_on_the_terminal(tmp_path: Path) -> None:

@@ -217,6 +217,9 @@ def run(args: argparse.Namespace) -> int:
         return exit_codes.ERROR
 
     log.write(render_terminal(report))
+    for checkpoint in report["checkpoints"]:  # whole, on one line each: what a CI log is searched for
+        if checkpoint["error"]:
+            print(f"error: {checkpoint['id']}: {checkpoint['error']}", file=sys.stderr)
     if offline.examples > 0:
         print(f"round trip: seed {offline.seed} (the same --seed reproduces it)", file=log)
     for path in (args.json, args.markdown):

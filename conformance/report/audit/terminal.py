@@ -6,7 +6,6 @@ an unmet expectation is shown whole."""
 
 from __future__ import annotations
 
-import textwrap
 from typing import Any
 
 from conformance.util.markdown_text import visible
@@ -22,17 +21,33 @@ LEGEND = ("Verdicts per server for tool/reasoning/both (--tool-call-parser hf, -
 
 
 def wrapped(text: str, indent: str = "", hang: str = INDENT) -> list[str]:
-    """`text` in lines of at most WIDTH columns, broken between words (a word wider than a line, say a
-    long path, is broken where it must); lines after the first indented by `hang` more."""
-    lines = textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + hang,
-                          break_long_words=False, break_on_hyphens=False) or [indent]
-    fitted = []
-    for line in lines:
-        while len(line) > WIDTH:
-            fitted.append(line[:WIDTH])
-            line = indent + hang + line[WIDTH:]
-        fitted.append(line)
-    return [line.replace(KEEP_TOGETHER, " ") for line in fitted]
+    """`text` in lines of at most WIDTH columns, broken between words; a word wider than a line (a long path)
+    fills the line and breaks after a `/` where it can, else where it must. Lines after the first are
+    indented by `hang` more."""
+    lines: list[str] = []
+    line = indent
+    for word in (word for word in text.split(" ") if word):
+        gap = " " if line.strip() else ""
+        if len(line) + len(gap) + len(word) <= WIDTH:
+            line += gap + word
+            continue
+        if len(indent + hang) + len(word) <= WIDTH:  # it fits on a line of its own
+            lines.append(line)
+            line = indent + hang + word
+            continue
+        line += gap
+        while len(line) + len(word) > WIDTH:
+            room = WIDTH - len(line)
+            slash = word.rfind("/", 0, room)
+            if slash == -1 and line.strip():  # no break in this line's room: start the next
+                lines.append(line.rstrip())
+                line = indent + hang
+                continue
+            cut = slash + 1 if slash != -1 else room
+            lines.append(line + word[:cut])
+            line, word = indent + hang, word[cut:]
+        line += word
+    return [entry.replace(KEEP_TOGETHER, " ") for entry in lines + [line]]
 
 
 def one_line(text: str, indent: str = INDENT) -> str:
