@@ -4,7 +4,8 @@
 
 Runs the round trip in this process (what the audit's worker runs) and prints examples per second of
 CPU time, for its search (generation, rendering, the whole parse and a chunked parse of each example;
-shrinking included). `full` is the tiny checkpoint as shipped (its two counterexamples get shrunk);
+the time spent shrinking included, its calls not counted as examples). `full` is the tiny checkpoint as
+shipped (its two counterexamples get shrunk, so its rate reads lower);
 `corrected` is the same pair with both bugs fixed, so every example is a passing one. Goal: >= 200/s.
 """
 

@@ -137,6 +137,31 @@ def test_fail_on_findings_makes_a_checkpoint_with_a_finding_fail_the_audit(tmp_p
     assert "--fail-on-findings" in audit("--help").stdout
 
 
+def test_expect_gates_a_local_checkpoint_on_the_predicted_hf_start_up(tmp_path: Path) -> None:
+    starts = write_config(tmp_path / "starts", fixture_tokenizer_configs()[GEMMA4])
+    fails = write_config(tmp_path / "fails", {"response_schema": {"type": "object"}})  # no response_template
+
+    def audit(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "conformance", "audit", "--examples", "0", "--json", "audit.json",
+                               *args], capture_output=True, text=True, cwd=tmp_path)
+
+    assert audit("--local", str(starts), "--expect", "starts").returncode == exit_codes.OK
+    assert audit("--local", str(fails), "--expect", "fails").returncode == exit_codes.OK
+    completed = audit("--local", str(starts), "--local", str(fails), "--expect", "starts")
+    assert completed.returncode == exit_codes.FAILED
+    gate_lines = [line for line in completed.stderr.splitlines() if line.startswith("--expect")]
+    assert gate_lines == [f"--expect starts: {fails}: tool_call_parser_hf: expected starts, predicted fails: "
+                          "The hf parser requires `response_template` metadata in the tokenizer configuration "
+                          "(and 5 more)"]  # 3 configurations on vLLM 0.32 and 0.33
+    report = by_id(json.loads((tmp_path / "audit.json").read_text()))
+    assert report[str(fails)]["expect"] == dict.fromkeys(CONFIGURATIONS, "starts")
+    completed = audit("--local", str(starts), "--expect", "fails")
+    assert completed.returncode == exit_codes.FAILED and f"--expect fails: {starts}: " in completed.stderr
+    assert audit("--local", str(starts), "--expect", "maybe").returncode == exit_codes.ERROR
+    help_text = " ".join(audit("--help").stdout.split())
+    assert "--expect starts|fails" in help_text and "Exit codes: 0 when" in help_text
+
+
 @pytest.mark.parametrize("arguments, environment, message", [
     (["--timeout", "0"], {}, "error: --timeout must be a positive number of seconds"),
     ([], {"HF_HUB_ETAG_TIMEOUT": "soon"}, "error: HF_HUB_ETAG_TIMEOUT='soon' is not a positive number of seconds"),
@@ -198,7 +223,8 @@ def test_an_unmet_expectation_exits_1_and_says_which(fixture_hub, tmp_path: Path
     message_033 = ("reasoning_parser_hf: expected starts, vLLM 0.33 predicted fails: "
                    "Parsing with a response template requires `response_template` metadata in the tokenizer configuration")
     assert by_id(report)[repo]["unmet_expectations"] == [message, message_033]  # each release's own message
-    assert message in completed.stdout and message_033 in completed.stdout and "UNMET" in markdown
+    shown = " ".join(completed.stdout.split())  # the terminal wraps the messages between words
+    assert message in shown and message_033 in shown and "UNMET" in markdown
 
 
 def test_positional_checkpoints_and_local_directories(fixture_hub, tmp_path: Path) -> None:
@@ -207,6 +233,14 @@ def test_positional_checkpoints_and_local_directories(fixture_hub, tmp_path: Pat
     completed, report, _ = run_audit(server, tmp_path, f"{GEMMA4}@{commits[GEMMA4]}", "--local", str(local))
     assert completed.returncode == exit_codes.OK, completed.stderr
     assert [(c["id"], c["source"]) for c in report["checkpoints"]] == [(str(local), "local"), (GEMMA4, "hub")]
+    # --expect holds a named Hub checkpoint too, and a list's entries to their own `expect` only
+    other = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"  # no response_template
+    (tmp_path / "list.yaml").write_text(f"- repo: {other}\n  revision: {commits[other]}\n")
+    completed, report, _ = run_audit(server, tmp_path, f"{GEMMA4}@{commits[GEMMA4]}", "--checkpoints", "list.yaml",
+                                     "--expect", "fails")
+    assert completed.returncode == exit_codes.FAILED
+    assert [line.split(": ")[1] for line in completed.stderr.splitlines() if line.startswith("--expect")] == [GEMMA4]
+    assert by_id(report)[other]["expect"] == {} and by_id(report)[GEMMA4]["unmet_expectations"]
 
 
 def test_a_broken_checkpoint_file_exits_1(fixture_hub, tmp_path: Path) -> None:

@@ -16,7 +16,8 @@ CHOSEN = "transformers-5.19.0,transformers-5.20.2,vllm-0.32,vllm-0.33,sglang-0.5
 @pytest.fixture(scope="module")
 def tiny_matrix():
     subject = tiny_subject()
-    inputs = [render_probe(subject, probe) for probe in case_probes() + matrix.CAST_PROBES]
+    probes, _ = case_probes(subject)
+    inputs = [render_probe(subject, probe) for probe in probes + matrix.CAST_PROBES]
     return build_matrix(registry.select(CHOSEN), subject.response_template, [i for i in inputs if i])
 
 
@@ -113,3 +114,22 @@ def test_an_implementation_that_hangs_is_cut_off():
     stuck = [{"prompt": "", "raw": "a" * 40 + "b", "tools": [], "origin": "test"}]
     outcome = matrix.run_implementation(registry.IMPLEMENTATIONS["vllm-0.32"], template, stuck, timeout=2.0)
     assert outcome == "did not answer within 2 s"
+
+
+def test_only_inputs_that_exercise_the_checkpoints_own_template_are_probes():
+    """The shipped forced outputs are Hermes texts: a Gemma 4 template reads them as plain content, on which every
+    parser agrees, so they are left out; the format-independent cases' turns are rendered in Gemma 4's own
+    delimiters. A Hermes checkpoint keeps the Hermes forced outputs."""
+    from conformance.formats.registry import FORMATS
+    from conformance.suite.format_cases import subject_of_format
+
+    gemma = subject_of_format(FORMATS["gemma4"])
+    probes, left_out = case_probes(gemma)
+    forced = [probe for probe in probes if "raw" in probe]
+    turns = [rendered for probe in probes if "message" in probe and (rendered := render_probe(gemma, probe))]
+    assert left_out > 50 and not [probe for probe in forced if "<tool_call>" in probe["raw"]]
+    assert turns and all("<tool_call>" not in item["raw"] for item in turns)
+    assert any("<|tool_call>call:" in item["raw"] for item in turns)  # its own call syntax
+    hermes_probes, hermes_left_out = case_probes(tiny_subject())
+    assert sum("<tool_call>" in probe.get("raw", "") for probe in hermes_probes) > 20
+    assert hermes_left_out < left_out

@@ -32,6 +32,10 @@ ANALYSIS_ERROR = "analysis_error"  # the analysis worker itself failed: a tool p
 CHECKPOINT_FAULTS = frozenset({checkpoint_files.INVALID_JSON, checkpoint_files.TOO_LARGE, checkpoint_files.TOO_DEEP,
                                TEMPLATE_TIMEOUT, TEMPLATE_TOO_EXPENSIVE})
 
+# Read on disk only (a bounded prefix, for the round trip's stop tokens); fetched from the Hub it would be tens of MB.
+LOCAL_ONLY_FILES = (checkpoint_files.TOKENIZER,)
+
+
 @dataclass
 class CheckpointAudit:
     id: str  # Hub repo id, or the directory for a local checkpoint
@@ -132,7 +136,7 @@ def audit_local(directory: Path) -> CheckpointAudit:
     audit = CheckpointAudit(id=str(directory), source="local", revision=None, commit=None, status=OK)
     try:
         # what exists, of any kind: reading refuses a FIFO or a directory by name (it is not "missing")
-        audit.files = [name for name in (checkpoint_files.TOKENIZER_CONFIG, *hub.OPTIONAL_FILES)
+        audit.files = [name for name in (checkpoint_files.TOKENIZER_CONFIG, *hub.OPTIONAL_FILES, *LOCAL_ONLY_FILES)
                        if (directory / name).exists() or (directory / name).is_symlink()]
     except OSError as exc:  # a directory that cannot be listed
         audit.status, audit.error = checkpoint_files.UNREADABLE, f"{directory}: cannot read: {exc.strerror or exc}"

@@ -40,7 +40,7 @@ from conformance.formats.checkpoint_files import (
     too_large,
 )
 
-OPTIONAL_FILES = ("chat_template.jinja", "chat_template.json", "config.json")
+OPTIONAL_FILES = ("chat_template.jinja", "chat_template.json", "config.json", "generation_config.json")
 DEFAULT_TIMEOUT_S = 10.0
 TIMEOUT_VARIABLES = ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")
 FILE_DEADLINE_FACTOR = 3  # each file, redirects and retries included, must arrive within 3 x the timeout

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.audit.template_rules import Finding
+from conformance.formats.turn_text import Subject
 from conformance.util.markdown_text import code_span, visible
 
 DEFAULT_EXAMPLES = 100
@@ -28,13 +29,29 @@ class OfflineOptions:
     implementations: list | None = None  # registry.Implementation records; None: no matrix
 
 
-def case_probes() -> list[dict[str, Any]]:
-    """Every shipped chat case's forced output with its request, as matrix probes."""
+def case_probes(subject: Subject) -> tuple[list[dict[str, Any]], int]:
+    """The shipped chat cases as matrix probes that exercise `subject`'s own template, and how many were left
+    out. A format-independent case's turn is rendered with the checkpoint's chat template (in the worker); a
+    forced output, written in one format, is kept only when it holds one of the template's own delimiters
+    (a Hermes `<tool_call>` text is plain content to a Gemma 4 template: every parser agrees on it, which
+    says nothing about the template)."""
     from conformance.suite.cases import load_suite
+    from conformance.suite.format_cases import assistant_message
 
-    return [{"origin": f"case {case.id}", "messages": case.request.get("messages", []),
-             "tools": case.request.get("tools", []), "raw": case.force}
-            for case in load_suite() if case.force is not None and case.endpoint == "chat"]
+    delimiters = [text for text in subject.delimiters if text != subject.eos]
+    probes, left_out = [], 0
+    for case in load_suite():
+        if case.endpoint != "chat" or (case.turn is None and case.force is None):
+            continue
+        probe = {"origin": f"case {case.id}", "messages": case.request.get("messages", []),
+                 "tools": case.request.get("tools", [])}
+        if case.turn is not None:
+            probes.append({**probe, "message": assistant_message(case.turn)})
+        elif any(delimiter in case.force for delimiter in delimiters):
+            probes.append({**probe, "raw": case.force})
+        else:
+            left_out += 1
+    return probes, left_out
 
 
 def _shown(raw: str) -> str:
@@ -64,16 +81,17 @@ def check(audit: Any, options: OfflineOptions) -> None:
         return
     subject = (subject_of(audit.tokenizer_config or {}, audit.file_paths) if audit.status == "ok"
                else f"the checkpoint could not be audited ({audit.status})")
-    if audit.status == "ok" and audit.template is not None and not audit.template.valid:
+    if audit.status == "ok" and audit.template is not None and audit.template.present and not audit.template.valid:
         subject = "the response_template does not load"
     if isinstance(subject, str):
         if options.examples > 0:
             audit.roundtrip = skipped(subject, options)
         if options.implementations is not None:
             audit.implementations = {"status": "skipped", "reason": subject, "implementations": [], "unavailable": {},
-                                     "inputs": 0, "agreeing_inputs": 0, "disagreements": []}
+                                     "inputs": 0, "inputs_left_out": 0, "agreeing_inputs": 0, "disagreements": []}
         return
-    probes = (case_probes() + CAST_PROBES) if options.implementations is not None else []
+    probes, left_out = case_probes(subject) if options.implementations is not None else ([], 0)
+    probes += CAST_PROBES if options.implementations is not None else []
     result = bounded_roundtrip(subject, max(options.examples, 0), options.seed, options.database, probes)
     if options.examples > 0:
         audit.roundtrip = _roundtrip_record(result, options)
@@ -85,7 +103,7 @@ def check(audit: Any, options: OfflineOptions) -> None:
             audit.offline_findings.append(Finding("roundtrip-error", f"round trip not judged: {result.error}"))
     if options.implementations is not None:
         inputs = result.inputs if options.examples > 0 else [i for i in result.inputs if i["origin"] != "round trip"]
-        audit.implementations = build_matrix(options.implementations, subject.response_template, inputs)
+        audit.implementations = build_matrix(options.implementations, subject.response_template, inputs, left_out)
         for entry in audit.implementations["disagreements"]:
             if entry["explained"] is None:
                 sides = " vs ".join("/".join(group["implementations"]) for group in entry["groups"])

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from conformance.audit.hub import DEFAULT_WORKERS
@@ -13,7 +13,7 @@ from conformance.formats.checkpoint_files import OK
 from conformance.util import exit_codes
 
 DEFAULT_LIST = Path("checkpoints.yaml")
-LOG_WIDTH = 160  # the table's width when the output is not a terminal (and COLUMNS is not set)
+EXPECTATIONS = ("starts", "fails")
 
 DESCRIPTION = """\
 Audit checkpoints for the Hugging Face `hf` response parser of vLLM 0.32: which metadata key they carry
@@ -27,8 +27,14 @@ checkpoint is named) and --local DIR. Hub access uses huggingface_hub and honour
 HF_HOME / HF_HUB_CACHE, HF_HUB_OFFLINE, HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT (see --timeout); a commit
 already in the cache costs no request.
 
-Exit 1 when a checkpoint misses its `expect`, or its files are broken (invalid JSON, over 5 MB, nested over
-100 levels, a template too expensive to analyse); findings (template rules, round trip, implementations side by
+--expect starts|fails lets a checkpoint's CI gate on the audit without reading JSON: each --local DIR and
+REPO named on the command line must then start (or fail) in every configuration on the predicted hf start-up of
+vLLM 0.32 and 0.33 (their Python frontends), as `expect` on all three configurations in a checkpoint list
+(whose entries keep their own).
+
+Exit codes: 0 when every checkpoint was read and met its expectations (and, with --fail-on-findings, had no
+finding). 1 when a checkpoint misses its `expect` or --expect, or its files are broken (invalid JSON, over 5 MB,
+nested over 100 levels, a template too expensive to analyse); findings (template rules, round trip, implementations side by
 side) do too with --fail-on-findings, and only then. Exit 2 when a checkpoint cannot be reached (not found,
 unauthorized, gated, Hub error, timeout, network, not cached while offline) or its files cannot be read, on
 bad input, or when a report cannot be written; exit 130 on Ctrl-C, after writing the reports of the checkpoints
@@ -69,6 +75,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="parse the round trip's outputs and every shipped case's forced output with these "
                              "implementations (transformers-5.16.1 ... transformers-5.24.0, vllm-0.32, vllm-0.33, "
                              "sglang-0.5.23; `transformers` = every release) and report where they disagree")
+    parser.add_argument("--expect", choices=EXPECTATIONS, metavar="starts|fails",
+                        help="exit 1 unless vLLM 0.32's and 0.33's hf parsers are predicted to start (or to fail) in "
+                             "every configuration (tool, reasoning, both) on each --local DIR and REPO named here, "
+                             "saying on standard error which did not and why")
     parser.add_argument("--fail-on-findings", action="store_true",
                         help="exit 1 when any checkpoint has a finding, saying on standard error how many had one")
     parser.add_argument("--write-template", type=Path, metavar="FILE",
@@ -103,7 +113,7 @@ def _write_template(audit, target: Path) -> str:
 def _entries(args: argparse.Namespace) -> list:
     from conformance.audit.checkpoint_list import load_checkpoints, parse_spec
 
-    entries = [parse_spec(spec) for spec in args.checkpoints]
+    entries = [replace(parse_spec(spec), expect=_expectation(args)) for spec in args.checkpoints]
     list_file = args.list_file
     if list_file is None and not entries and not args.local:
         if not DEFAULT_LIST.is_file():
@@ -113,6 +123,13 @@ def _entries(args: argparse.Namespace) -> list:
     if list_file is not None:
         entries += load_checkpoints(list_file)
     return entries
+
+
+def _expectation(args: argparse.Namespace) -> dict[str, str]:
+    """--expect as a checkpoint list's `expect`: the same outcome for every configuration (none without it)."""
+    from conformance.audit.predictors.vllm_032 import CONFIGURATIONS
+
+    return {name: args.expect for name in CONFIGURATIONS} if args.expect else {}
 
 
 class UsageError(Exception):
@@ -139,13 +156,12 @@ def _offline_options(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from conformance.audit.checkpoint_audit import CHECKPOINT_FAULTS, audit_checkpoints, audit_local
     from conformance.audit.checkpoint_list import CheckpointsError, revision_warning
     from conformance.audit.hub import HubSettings
     from conformance.audit.offline import check as check_offline
-    from conformance.report.audit.report import STDOUT, AuditReportWriter, render_table
+    from conformance.report.audit.report import STDOUT, AuditReportWriter, audit_to_json, predictors_json
+    from conformance.report.audit.terminal import checkpoint_state, render_terminal
     from conformance.util.progress import Progress
 
     try:
@@ -174,20 +190,22 @@ def run(args: argparse.Namespace) -> int:
     log = sys.stderr if to_stdout else sys.stdout
     try:  # audits never raise OSError (an unreadable file is a checkpoint status): these are the report files
         writer = AuditReportWriter(args.json, args.markdown)
+        predictors = predictors_json()
         with Progress(len(args.local) + len(entries), "audit") as progress:
             for directory in args.local:
                 audit = audit_local(directory)
+                audit.expect = _expectation(args)
                 check_offline(audit, offline)
                 audit.position = len(writer.audits)
                 writer.add(audit)
-                progress.advance(audit.id, f"{audit.id}: {audit.status}")
+                progress.advance(audit.id, f"{audit.id}: {checkpoint_state(predictors, audit_to_json(audit))}")
             offset = len(writer.audits)
             try:
                 for audit in audit_checkpoints(entries, settings, workers=args.workers):
                     audit.position += offset
                     check_offline(audit, offline)
                     writer.add(audit)
-                    progress.advance(audit.id, f"{audit.id}: {audit.status}")
+                    progress.advance(audit.id, f"{audit.id}: {checkpoint_state(predictors, audit_to_json(audit))}")
             except KeyboardInterrupt:
                 writer.interrupt()
                 print(f"interrupted after {len(writer.audits)} of {len(args.local) + len(entries)} checkpoints; "
@@ -198,14 +216,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: cannot write the report: {exc}", file=sys.stderr)
         return exit_codes.ERROR
 
-    # On a terminal, its width (the table fits 80 columns); in a log, wide enough that ids stay on one line.
-    console = Console(file=log)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(file=log, width=LOG_WIDTH)
-    console.print(render_table(report))
-    for checkpoint in report["checkpoints"]:
-        for message in ([checkpoint["error"]] if checkpoint["error"] else []) + checkpoint["unmet_expectations"]:
-            print(f"{checkpoint['id']}: {message}", file=log)
+    log.write(render_terminal(report))
+    for checkpoint in report["checkpoints"]:  # whole, on one line each: what a CI log is searched for
+        if checkpoint["error"]:
+            print(f"error: {checkpoint['id']}: {checkpoint['error']}", file=sys.stderr)
     if offline.examples > 0:
         print(f"round trip: seed {offline.seed} (the same --seed reproduces it)", file=log)
     for path in (args.json, args.markdown):
@@ -216,6 +230,11 @@ def run(args: argparse.Namespace) -> int:
     failing_findings = [a for a in audits if a.findings] if args.fail_on_findings else []
     if failing_findings:
         print(f"--fail-on-findings: {len(failing_findings)} of {len(audits)} checkpoints had findings", file=sys.stderr)
+    named_here = len(args.local) + len(args.checkpoints)  # --local first, then REPO arguments, then the list's
+    for audit in sorted(audits, key=lambda audit: audit.position):
+        if args.expect and audit.position < named_here and (unmet := audit.unmet_expectations):
+            more = f" (and {len(unmet) - 1} more)" if len(unmet) > 1 else ""
+            print(f"--expect {args.expect}: {audit.id}: {unmet[0]}{more}", file=sys.stderr)
     if args.write_template is not None:
         try:
             print(_write_template(audits[0], args.write_template), file=sys.stderr)

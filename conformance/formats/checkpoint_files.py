@@ -9,11 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conformance.util.files import FileTooLarge
+from conformance.util.files import FileTooLarge, open_regular
 from conformance.util.safe_yaml import UnreadableFile, read_text
 
 TOKENIZER_CONFIG = "tokenizer_config.json"
 MODEL_CONFIG = "config.json"  # its `model_type` changes what a server does (vLLM 0.32: gpt_oss means harmony)
+GENERATION_CONFIG = "generation_config.json"  # its `eos_token_id`: the tokens generation stops on
+TOKENIZER = "tokenizer.json"  # its `added_tokens` give the texts of special token ids
 MAX_FILE_BYTES = 5 * 1024 * 1024
 OK = "ok"  # a checkpoint fetched and read; otherwise it ends in one of these failure kinds:
 NOT_FOUND, UNAUTHORIZED, GATED = "not_found", "unauthorized", "gated"
@@ -99,3 +101,30 @@ def read_model_type(path: Path) -> str | None:
     data = read_json_file(path, MODEL_CONFIG)
     value = data.get("model_type") if isinstance(data, dict) else None
     return value if isinstance(value, str) else None
+
+
+def read_stop_token_ids(path: Path) -> tuple[int, ...]:
+    """The token ids generation stops on, as generation_config.json's `eos_token_id` gives them (one id or a
+    list); FetchError as `read_json_file`."""
+    data = read_json_file(path, GENERATION_CONFIG)
+    ids = data.get("eos_token_id") if isinstance(data, dict) else None
+    ids = [ids] if isinstance(ids, int) else ids if isinstance(ids, list) else []
+    return tuple(value for value in ids if isinstance(value, int) and not isinstance(value, bool))
+
+
+def read_added_tokens(path: Path) -> dict[int, str]:
+    """tokenizer.json's added tokens, id -> text, read from its first MAX_FILE_BYTES bytes only: the list comes
+    before the vocabulary, which makes the file itself far larger (Gemma's: tens of MB). A list that does not
+    end within those bytes, or cannot be read, gives none; an unreadable file is an OSError."""
+    with open_regular(path, 2**63 - 1, "a tokenizer") as handle:
+        head = handle.read(MAX_FILE_BYTES).decode("utf-8", "replace")
+    key = head.find('"added_tokens"')
+    start = head.find("[", key) if key != -1 else -1
+    if start == -1 or head[head.find(":", key) + 1:start].strip():
+        return {}
+    try:
+        tokens, _ = json.JSONDecoder().raw_decode(head, start)
+    except (ValueError, RecursionError):
+        return {}
+    return {token["id"]: token["content"] for token in tokens if isinstance(token, dict)
+            and isinstance(token.get("id"), int) and isinstance(token.get("content"), str)} if isinstance(tokens, list) else {}

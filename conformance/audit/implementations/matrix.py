@@ -2,8 +2,9 @@
 and streamed; which agree, and for each kind of disagreement the shortest input that shows it with each
 implementation's answer.
 
-Inputs are the round trip's rendered outputs, each shipped case's forced output after its request's
-prompt, and CAST_PROBES. Each implementation runs in its own child process (worker.py) with a time
+Inputs exercise the checkpoint's own template: the round trip's rendered outputs, each shipped
+format-independent case's turn rendered with its chat template, the shipped forced outputs that hold one of
+its delimiters (after their request's prompt), and CAST_PROBES. Each implementation runs in its own child process (worker.py) with a time
 limit and a memory cap; one that cannot be installed or dies is listed as unavailable with the reason.
 """
 
@@ -108,8 +109,9 @@ def compare(names: list[str], answers: dict[str, list[dict[str, Any]]], inputs: 
 
 
 def build_matrix(implementations: Iterable[Implementation], template: dict, inputs: list[dict[str, Any]],
-                 timeout: float = TIMEOUT_S) -> dict[str, Any]:
-    """The matrix record of one checkpoint (the report's `implementations`)."""
+                 inputs_left_out: int = 0, timeout: float = TIMEOUT_S) -> dict[str, Any]:
+    """The matrix record of one checkpoint (the report's `implementations`); `inputs_left_out`: the forced
+    outputs not parsed, as they do not exercise the checkpoint's template."""
     answers: dict[str, list[dict[str, Any]]] = {}
     unavailable: dict[str, str] = {}
     for implementation in implementations:
@@ -122,6 +124,7 @@ def build_matrix(implementations: Iterable[Implementation], template: dict, inpu
     record = {"status": "ran" if len(names) > 1 else "skipped",
               "reason": None if len(names) > 1 else "fewer than two implementations could run",
               "implementations": names, "unavailable": unavailable, "inputs": len(inputs),
+              "inputs_left_out": inputs_left_out,
               "agreeing_inputs": 0, "disagreements": []}
     if len(names) > 1:
         record.update(compare(names, answers, inputs))

@@ -24,12 +24,14 @@ class TemplateFacts:
 
 @dataclass(frozen=True)
 class Predictor:
-    """`key` names it in the audit report (and on the analysis); `kind` says what its verdicts are:
+    """`key` names it in the audit report (and on the analysis), `label` on a terminal (`vLLM 0.32`); `kind`
+    says what its verdicts are:
     `startup` (`StartupVerdict`, judged against a checkpoint's `expect`, unreadable files fail every
     configuration) or `outcome` (the outcome records of a frontend that may start and refuse requests).
     `expect_label` starts a message about an unmet `expect` (vLLM 0.32's names no release)."""
 
     key: str
+    label: str
     kind: Literal["startup", "outcome"]
     predict: Callable[[TemplateFacts], Mapping[str, Any]]
     expect_label: str = ""

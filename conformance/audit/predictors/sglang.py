@@ -150,4 +150,4 @@ def sglang_verdicts(template: dict | None) -> dict[str, SGLangVerdict]:
     }
 
 
-PREDICTOR = Predictor("sglang_0_5_23", "outcome", lambda facts: sglang_verdicts(facts.template))  # from its code
+PREDICTOR = Predictor("sglang_0_5_23", "SGLang 0.5.23", "outcome", lambda facts: sglang_verdicts(facts.template))  # from its code

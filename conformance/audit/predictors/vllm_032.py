@@ -79,8 +79,8 @@ def engine_error(template: dict | None, serving_error: str | None, missing: str 
 
 
 PREDICTORS = (
-    Predictor("vllm_0_32", "startup", lambda facts: python_verdicts(
+    Predictor("vllm_0_32", "vLLM 0.32", "startup", lambda facts: python_verdicts(
         facts.template, facts.serving_error, facts.fields, harmony=facts.model_type in HARMONY_MODEL_TYPES)),
-    Predictor("vllm_0_32_rust", "outcome", lambda facts: rust_verdicts(
+    Predictor("vllm_0_32_rust", "vllm-rs 0.32", "outcome", lambda facts: rust_verdicts(
         facts.raw_template, engine_error(facts.template, facts.serving_error))),  # `vllm-rs serve` (predictors/vllm_rs.py)
 )

@@ -47,9 +47,9 @@ def frontend_missing(reasoning: bool, tools: bool) -> str:
 
 
 PREDICTORS = (
-    Predictor("vllm_0_33", "startup", lambda facts: python_verdicts(
+    Predictor("vllm_0_33", "vLLM 0.33", "startup", lambda facts: python_verdicts(
         facts.template, facts.serving_error, facts.fields, ENGINE_MISSING, frontend_missing), "vLLM 0.33 "),
     # 0.32's frontend rules, 0.33's engine
-    Predictor("vllm_0_33_rust", "outcome", lambda facts: rust_verdicts(
+    Predictor("vllm_0_33_rust", "vllm-rs 0.33", "outcome", lambda facts: rust_verdicts(
         facts.raw_template, engine_error(facts.template, facts.serving_error, ENGINE_MISSING))),
 )

@@ -24,7 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from conformance.formats.checkpoint_files import MAX_FILE_BYTES, read_json_file
+from conformance.formats.checkpoint_files import (
+    GENERATION_CONFIG,
+    MAX_FILE_BYTES,
+    TOKENIZER,
+    FetchError,
+    read_added_tokens,
+    read_json_file,
+    read_stop_token_ids,
+)
 from conformance.formats.turn_text import RenderError, Subject, canonical, parse_chunked, parse_whole, render_turn
 from conformance.util.files import read_bounded
 
@@ -66,7 +74,29 @@ def subject_of(tokenizer_config: Mapping[str, Any], files: Mapping[str, Path]) -
     if chat_template is None:
         return "no chat template"
     special = {key: text for key in SPECIAL_TOKEN_KEYS if (text := _token_text(tokenizer_config.get(key))) is not None}
-    return Subject(chat_template, response_template, special)
+    ends = tuple(text for text in stop_texts(tokenizer_config, files) if text != special.get("eos_token"))
+    return Subject(chat_template, response_template, special, ends)
+
+
+def stop_texts(tokenizer_config: Mapping[str, Any], files: Mapping[str, Path]) -> list[str]:
+    """The texts of the tokens generation stops on (generation_config.json's `eos_token_id`, e.g. Gemma 4's
+    `<turn|>` beside its eos token `<eos>`), named by tokenizer_config.json's `added_tokens_decoder`, else by
+    tokenizer.json's `added_tokens`. None when either cannot be read: the eos token alone then ends a turn."""
+    if GENERATION_CONFIG not in files:
+        return []
+    try:
+        ids = read_stop_token_ids(Path(files[GENERATION_CONFIG]))
+    except FetchError:
+        return []
+    decoder = tokenizer_config.get("added_tokens_decoder")
+    texts = {int(key): text for key, value in decoder.items() if key.isdigit() and (text := _token_text(value))
+             } if isinstance(decoder, Mapping) else {}
+    if any(token_id not in texts for token_id in ids) and TOKENIZER in files:
+        try:
+            texts = read_added_tokens(Path(files[TOKENIZER])) | texts
+        except OSError:
+            pass
+    return list(dict.fromkeys(texts[token_id] for token_id in ids if token_id in texts))
 
 
 
@@ -133,7 +163,7 @@ class ChunkVariance(RoundTripFailure):
 @dataclass
 class RoundTripResult:
     seed: int
-    examples: int  # examples the search ran (shrinking included)
+    examples: int  # examples the search generated (hypothesis's replays while shrinking not counted)
     failures: dict[str, dict[str, Any]] = field(default_factory=dict)  # code -> the shrunk counterexample
     inputs: list[dict[str, Any]] = field(default_factory=list)  # {prompt, raw, tools} for the matrix
     error: str | None = None  # the search itself failed (a tool problem)
@@ -163,6 +193,16 @@ def check_turn(subject: Subject, tools: list[dict], message: dict, chunks_of: An
     return rendered
 
 
+GENERATING_PHASES = ("explicit-phase", "reuse-phase", "generate-phase", "target-phase")
+COMPLETE_EXAMPLE = ("valid", "interesting")  # not `overrun` or `invalid`: a draw hypothesis abandoned
+
+
+def generated_examples(statistics: Mapping[str, Any]) -> int:
+    """How many complete examples the search tried before shrinking, from hypothesis's statistics of a run."""
+    return sum(case.get("status") in COMPLETE_EXAMPLE for phase in GENERATING_PHASES
+               for case in (statistics.get(phase) or {}).get("test-cases", []))
+
+
 def run_roundtrip(subject: Subject, examples: int, seed: int, database: Path | None = None) -> RoundTripResult:
     """Search `examples` examples for counterexamples, deterministically for `seed` without a `database`;
     with one, hypothesis replays the counterexamples saved there first and saves new ones (unseeded)."""
@@ -171,6 +211,7 @@ def run_roundtrip(subject: Subject, examples: int, seed: int, database: Path | N
     from hypothesis import strategies as st
     from hypothesis.database import DirectoryBasedExampleDatabase
     from hypothesis.errors import HypothesisException
+    from hypothesis.statistics import collector
 
     from conformance.audit.roundtrip.strategies import chunkings, turns
 
@@ -186,7 +227,6 @@ def run_roundtrip(subject: Subject, examples: int, seed: int, database: Path | N
               suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink])
     @given(turn=strategy, data=st.data())
     def search(turn: Any, data: Any) -> None:
-        result.examples += 1
         try:
             rendered = check_turn(subject, turn.tools, turn.message,
                                   lambda raw: data.draw(chunkings(raw, subject.delimiters)))
@@ -200,7 +240,8 @@ def run_roundtrip(subject: Subject, examples: int, seed: int, database: Path | N
     if database is None:  # hypothesis saves nothing under an explicit seed: with a database, it replays instead
         search = seeded(seed)(search)
     try:
-        search()
+        with collector.with_value(lambda statistics: setattr(result, "examples", generated_examples(statistics))):
+            search()
     except (RoundTripFailure, BaseExceptionGroup):
         pass
     except HypothesisException as error:

@@ -46,13 +46,14 @@ def bounded_roundtrip(subject: Subject, examples: int, seed: int, database: Path
 
 def render_probe(subject: Subject, probe: dict[str, Any]) -> dict[str, Any] | None:
     """A probe's matrix input: a forced output (`raw`) after the prompt of its request (`messages`), or an
-    assistant `message` rendered as the round trip renders it; None when the chat template refuses it."""
+    assistant `message` rendered as the round trip renders it (answering `messages` when given); None when
+    the chat template refuses it."""
 
     try:
         if "raw" in probe:
             prompt, raw = render(subject, probe["messages"], probe["tools"], add_generation_prompt=True), probe["raw"]
         else:
-            prompt, raw = render_turn(subject, probe["tools"], probe["message"])
+            prompt, raw = render_turn(subject, probe["tools"], probe["message"], probe.get("messages"))
     except RenderError:
         return None
     return {"prompt": prompt, "raw": raw, "tools": probe["tools"], "origin": probe["origin"]}

@@ -22,7 +22,8 @@ def roundtrip_lines(record: dict[str, Any] | None) -> list[str]:
     if record["status"] != "ran":
         return [f"- round trip **{record['status']}**: {record['reason']}"]
     failures = record["failures"]
-    lines = [f"- round trip: {record['examples']} examples (seed {record['seed']}), "
+    lines = [f"- round trip: {record['examples']} examples generated of {record['examples_asked']} asked "
+             f"(seed {record['seed']}), "
              + (f"**{len(failures)} counterexample(s)**" if failures else "no counterexample")]
     for failure in failures:
         lines.append(f"  - {failure['code']}: {failure['summary']}")
@@ -43,7 +44,9 @@ def implementations_lines(record: dict[str, Any] | None) -> list[str]:
         lines.append(f"- implementations **{record['status']}**: {record['reason']}")
     else:
         lines.append(f"- implementations ({', '.join(record['implementations'])}): {record['agreeing_inputs']} of "
-                     f"{record['inputs']} inputs agree in both modes; {len(record['disagreements'])} kind(s) of disagreement")
+                     f"{record['inputs']} inputs that exercise its template agree in both modes "
+                     f"({record['inputs_left_out']} shipped forced output(s) in another format left out); "
+                     f"{len(record['disagreements'])} kind(s) of disagreement")
     lines += [f"  - unavailable {name}: {reason}" for name, reason in record["unavailable"].items()]
     for entry in record["disagreements"]:
         note = entry["explained"] or "**undocumented**"

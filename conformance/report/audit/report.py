@@ -71,6 +71,11 @@ def _python_json(verdicts: dict[str, StartupVerdict] | None) -> dict[str, Any] |
 PREDICTION_JSON = {"startup": _python_json, "outcome": _outcome_json}  # by the predictor's kind
 
 
+def predictors_json() -> list[dict[str, str]]:
+    """Every predicted server release as the report names it (its views read this, not the registry)."""
+    return [{"key": predictor.key, "label": predictor.label, "kind": predictor.kind} for predictor in PREDICTORS]
+
+
 def build_report(audits: list[CheckpointAudit], *, started_at: datetime, complete: bool) -> dict[str, Any]:
     ordered = sorted(audits, key=lambda audit: audit.position)
     return {
@@ -81,6 +86,7 @@ def build_report(audits: list[CheckpointAudit], *, started_at: datetime, complet
         "configurations": CONFIGURATIONS,
         "rust_configurations": RUST_CONFIGURATIONS,
         "sglang_configurations": SGLANG_CONFIGURATIONS,
+        "predictors": predictors_json(),
         "summary": {
             "checkpoints": len(ordered),
             "ok": sum(audit.status == OK for audit in ordered),
@@ -188,10 +194,6 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-SHORT_NAMES = {"tool_call_parser_hf": "tool", "reasoning_parser_hf": "reasoning", "both": "both"}  # table columns
-TABLE_STYLES = {"yes/yes/yes": "green", "no/no/no": "red", "UNMET": "bold red", "met": "green", "ok": "green"}
-
-
 def _row(checkpoint: dict) -> list[str]:
     """A checkpoint's table cells after its id: revision, status, metadata, template, the outcome
     per configuration (0.32's, then 0.33's and the Rust frontend's in one cell each), expectation."""
@@ -258,41 +260,6 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _table_row(checkpoint: dict) -> list[str]:
-    """The terminal table's cells: the Markdown row's facts, in words short enough for 80 columns."""
-    commit, verdicts = checkpoint["commit"], checkpoint["vllm_0_32"]
-    if checkpoint["source"] == "local":
-        revision = "local"
-    elif commit is None or commit == checkpoint["revision"]:
-        revision = (commit or checkpoint["revision"])[:8] if commit else checkpoint["revision"]
-    else:
-        revision = f"{checkpoint['revision']}→{commit[:8]}"
-    template = {"valid": "yes", "invalid": "no"}.get(_template_state(checkpoint), _template_state(checkpoint))
-    starts = "/".join("yes" if verdicts[name]["starts"] else "no" for name in CONFIGURATIONS) if verdicts else "n/a"
-    metadata = (checkpoint["metadata_key"] or "n/a").removeprefix("response_")
-    return [checkpoint["id"], checkpoint["status"], revision, metadata, template, starts, _expectation(checkpoint)]
-
-
-def render_table(report: dict[str, Any]) -> Any:
-    """A rich Table of the report, one row per checkpoint, that fits 80 columns (long cells fold)."""
-    from rich import box
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=f"response_template audit ({report['target']} hf parser)", box=box.SIMPLE_HEAD,
-                  show_edge=False, pad_edge=False, collapse_padding=True, title_justify="left")
-    table.add_column("checkpoint", overflow="fold")
-    table.add_column("status", overflow="fold")
-    # fixed widths for the short cells (a longer revision folds), so that the long ones fold, not these
-    for column, width in (("revision", 13), ("key", 8), ("valid", 6),
-                          ("starts: " + "/".join(SHORT_NAMES[name] for name in CONFIGURATIONS), 11), ("expect", 6)):
-        table.add_column(column, overflow="fold", width=width)
-    for checkpoint in report["checkpoints"]:
-        cells = _table_row(checkpoint)
-        table.add_row(*(Text(cell, style=TABLE_STYLES.get(cell, "")) for cell in cells))
-    return table
-
-
 class AuditReportWriter:
     """Collects audits and keeps what is on disk current (see the module docstring)."""
 
@@ -350,4 +317,4 @@ def _json_text(report: dict[str, Any]) -> str:
     return json.dumps(report, indent=2, ensure_ascii=False) + "\n"
 
 
-__all__ = ["STDOUT", "AuditReportWriter", "audit_to_json", "build_report", "render_markdown", "render_table"]
+__all__ = ["STDOUT", "AuditReportWriter", "audit_to_json", "build_report", "predictors_json", "render_markdown"]
