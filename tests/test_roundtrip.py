@@ -73,12 +73,12 @@ def test_a_streaming_parse_that_differs_from_the_whole_is_chunk_variance(monkeyp
     subject = corrected_subject()
     message = {"role": "assistant", "content": "hello there"}
     # two halves parse as the whole; losing the last chunk (what a buggy stream would do) does not
-    assert check_turn(subject, [], message, lambda raw: [raw[:3], raw[3:]])["raw"] == "hello there"
+    assert check_turn(subject, [], message, {"character": lambda raw: [raw[:3], raw[3:]]})["raw"] == "hello there"
     original = roundtrip.parse_chunked
     monkeypatch.setattr(roundtrip, "parse_chunked", lambda s, p, chunks, t: original(s, p, chunks[:-1], t))
     with pytest.raises(ChunkVariance) as raised:
-        check_turn(subject, [], message, lambda raw: [raw[:3], raw[3:]])
-    assert raised.value.detail["chunks"] == ["hel", "lo there"]
+        check_turn(subject, [], message, {"character": lambda raw: [raw[:3], raw[3:]]})
+    assert raised.value.detail["chunks"] == ["hel", "lo there"] and raised.value.detail["cut"] == "character"
 
 
 def test_chunkings_cut_inside_delimiters():

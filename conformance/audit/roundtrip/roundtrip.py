@@ -10,8 +10,11 @@ response_template by transformers' parser (`parse_response(raw, template, prefix
 tools=...)`, what `tokenizer.parse_response` calls) and must give the message back, modulo what the
 format documents: text fields are stripped (the `text` parser's default), empty fields are left
 out, a tool call is compared by name and arguments as JSON values (types included: 3 is not 3.0).
-Chunk invariance: the streaming `ResponseParser` fed the same raw text in chunks (one character,
-random sizes, cut inside every delimiter) gives the same message (or the same error) as a whole.
+Chunk invariance: the streaming `ResponseParser` fed the same raw text in chunks gives the same message
+(or the same error) as a whole, for two kinds of cut of each example: at token boundaries of the
+checkpoint's own tokenizer (whole, at its added tokens, one token, random groups: what a server streams;
+`conformance.audit.roundtrip.cuts`), then at characters (one character, random sizes, cut inside
+every delimiter: stricter than any server). A counterexample says which kind of cut found it.
 
 Counterexamples are hypothesis's shrunk examples, one per kind of failure, each with the exact
 prompt and raw text to reproduce it. Runs are deterministic for a seed (no database unless asked).
@@ -19,11 +22,12 @@ prompt and raw text to reproduce it. Runs are deterministic for a seed (no datab
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from conformance.audit.roundtrip.cuts import CHARACTER_CUTS, NO_TOKENIZER, TOKEN_CUTS, CutKind, TokenSplitter
 from conformance.formats.checkpoint_files import (
     GENERATION_CONFIG,
     MAX_FILE_BYTES,
@@ -143,6 +147,11 @@ class RoundTripFailure(Exception):
         super().__init__(detail["summary"])
         self.detail = detail
 
+    @property
+    def kind(self) -> str:
+        """The kind of failure: one counterexample is kept (and shrunk) per kind."""
+        return self.code
+
 
 class RenderFailure(RoundTripFailure):
     code = "roundtrip-render-error"
@@ -158,19 +167,43 @@ class Mismatch(RoundTripFailure):
 
 class ChunkVariance(RoundTripFailure):
     code = "chunk-variance"
+    cut: CutKind
+
+    def __init__(self, detail: dict[str, Any]) -> None:
+        super().__init__({**detail, "cut": self.cut})
+
+    @property
+    def kind(self) -> str:
+        return f"{self.code} ({self.cut} cut)"
+
+
+class CharacterChunkVariance(ChunkVariance):
+    cut = "character"
+
+
+class TokenChunkVariance(ChunkVariance):
+    cut = "token"  # a type of its own: hypothesis keeps and shrinks one counterexample per type
+
+
+CHUNK_VARIANCE: dict[CutKind, type[ChunkVariance]] = {"character": CharacterChunkVariance, "token": TokenChunkVariance}
 
 
 @dataclass
 class RoundTripResult:
     seed: int
     examples: int  # examples the search generated (hypothesis's replays while shrinking not counted)
-    failures: dict[str, dict[str, Any]] = field(default_factory=dict)  # code -> the shrunk counterexample
+    failures: dict[str, dict[str, Any]] = field(default_factory=dict)  # kind -> the shrunk counterexample
+    # examples streamed with each cut, e.g. {"token": {"one token": 24, ...}, "character": {...}}
+    cuts: dict[str, dict[str, int]] = field(default_factory=dict)
+    token_cuts_skipped: str | None = None  # why no example was cut at tokens (no tokenizer, one that does not load)
     inputs: list[dict[str, Any]] = field(default_factory=list)  # {prompt, raw, tools} for the matrix
     error: str | None = None  # the search itself failed (a tool problem)
 
 
-def check_turn(subject: Subject, tools: list[dict], message: dict, chunks_of: Any) -> dict[str, Any]:
-    """Run the property on one example; raise the RoundTripFailure it hits. Returns the rendered input."""
+def check_turn(subject: Subject, tools: list[dict], message: dict,
+               cuts: Mapping[CutKind, Callable[[str], list[str]]]) -> dict[str, Any]:
+    """Run the property on one example, streamed once per kind of cut (`cuts`, in its order: the raw text
+    -> its chunks); raise the RoundTripFailure it hits. Returns the rendered input."""
     example = {"tools": tools, "message": message}
     try:
         prompt, raw = render_turn(subject, tools, message)
@@ -178,11 +211,13 @@ def check_turn(subject: Subject, tools: list[dict], message: dict, chunks_of: An
         raise RenderFailure({**example, "summary": str(error)}) from None
     rendered = {"prompt": prompt, "raw": raw, "tools": tools}
     whole = parse_whole(subject, prompt, raw, tools)
-    chunks = chunks_of(raw)
-    chunked = parse_chunked(subject, prompt, chunks, tools)
-    if not whole.same(chunked):
-        raise ChunkVariance({**example, **rendered, "chunks": chunks, "whole": whole.__dict__,
-                             "chunked": chunked.__dict__, "summary": "chunked parse differs from the whole parse"})
+    for cut, chunks_of in cuts.items():
+        chunks = chunks_of(raw)
+        chunked = parse_chunked(subject, prompt, chunks, tools)
+        if not whole.same(chunked):
+            raise CHUNK_VARIANCE[cut]({**example, **rendered, "chunks": chunks, "whole": whole.__dict__,
+                                       "chunked": chunked.__dict__,
+                                       "summary": f"the parse streamed in {cut} cuts differs from the whole parse"})
     if whole.error is not None:
         raise ParseFailure({**example, **rendered, "actual": whole.error, "summary": whole.error.splitlines()[0]})
     expected = expected_message(subject, message)
@@ -203,9 +238,26 @@ def generated_examples(statistics: Mapping[str, Any]) -> int:
                for case in (statistics.get(phase) or {}).get("test-cases", []))
 
 
-def run_roundtrip(subject: Subject, examples: int, seed: int, database: Path | None = None) -> RoundTripResult:
+def cut_counts(statistics: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """How many of the generated examples were streamed with each cut (the strategies' `<kind> cut: <how>`
+    events), every cut named (0 when none was drawn)."""
+    counts = {"token": dict.fromkeys(TOKEN_CUTS, 0), "character": dict.fromkeys(CHARACTER_CUTS, 0)}
+    for phase in GENERATING_PHASES:
+        for case in (statistics.get(phase) or {}).get("test-cases", []):
+            if case.get("status") not in COMPLETE_EXAMPLE:
+                continue
+            for name in case.get("events", []):
+                kind, _, how = name.partition(" cut: ")
+                if how in counts.get(kind, {}):
+                    counts[kind][how] += 1
+    return counts
+
+
+def run_roundtrip(subject: Subject, examples: int, seed: int, database: Path | None = None,
+                  tokens: TokenSplitter | str = NO_TOKENIZER) -> RoundTripResult:
     """Search `examples` examples for counterexamples, deterministically for `seed` without a `database`;
-    with one, hypothesis replays the counterexamples saved there first and saves new ones (unseeded)."""
+    with one, hypothesis replays the counterexamples saved there first and saves new ones (unseeded).
+    `tokens` cuts at the checkpoint's tokens; a string instead says why there are no token cuts."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as seeded
     from hypothesis import strategies as st
@@ -213,13 +265,13 @@ def run_roundtrip(subject: Subject, examples: int, seed: int, database: Path | N
     from hypothesis.errors import HypothesisException
     from hypothesis.statistics import collector
 
-    from conformance.audit.roundtrip.strategies import chunkings, turns
+    from conformance.audit.roundtrip.strategies import chunkings, token_chunkings, turns
 
     fields = subject.response_template.get("fields", {})
     strategy = turns(subject.delimiters, reserved=subject.reserved,
                      reasoning=subject.field_named("thinking", "reasoning_content") is not None,
                      content="content" in fields, tool_calls="tool_calls" in fields)
-    result = RoundTripResult(seed=seed, examples=0)
+    result = RoundTripResult(seed=seed, examples=0, token_cuts_skipped=tokens if isinstance(tokens, str) else None)
     seen: set[str] = set()
 
     @settings(max_examples=examples, database=DirectoryBasedExampleDatabase(str(database)) if database else None,
@@ -227,11 +279,14 @@ def run_roundtrip(subject: Subject, examples: int, seed: int, database: Path | N
               suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink])
     @given(turn=strategy, data=st.data())
     def search(turn: Any, data: Any) -> None:
+        cuts: dict[CutKind, Callable[[str], list[str]]] = {}
+        if not isinstance(tokens, str):
+            cuts["token"] = lambda raw: data.draw(token_chunkings(raw, tokens.spans(raw)))
+        cuts["character"] = lambda raw: data.draw(chunkings(raw, subject.delimiters))
         try:
-            rendered = check_turn(subject, turn.tools, turn.message,
-                                  lambda raw: data.draw(chunkings(raw, subject.delimiters)))
+            rendered = check_turn(subject, turn.tools, turn.message, cuts)
         except RoundTripFailure as failure:
-            result.failures[failure.code] = {"code": failure.code, **failure.detail}
+            result.failures[failure.kind] = {"code": failure.code, **failure.detail}
             raise
         if len(result.inputs) < MAX_INPUTS and rendered["raw"] not in seen:
             seen.add(rendered["raw"])
@@ -240,7 +295,10 @@ def run_roundtrip(subject: Subject, examples: int, seed: int, database: Path | N
     if database is None:  # hypothesis saves nothing under an explicit seed: with a database, it replays instead
         search = seeded(seed)(search)
     try:
-        with collector.with_value(lambda statistics: setattr(result, "examples", generated_examples(statistics))):
+        def count(statistics: Mapping[str, Any]) -> None:
+            result.examples, result.cuts = generated_examples(statistics), cut_counts(statistics)
+
+        with collector.with_value(count):
             search()
     except (RoundTripFailure, BaseExceptionGroup):
         pass

@@ -7,15 +7,23 @@ deep nesting, empty objects and arrays, numbers at the edges, and strings that c
 template's own delimiters. Text (reasoning, content) never contains a delimiter: a delimiter-based
 format cannot carry its own delimiters in free text, which the format documents, so that is not
 asked of it; argument strings can (JSON could escape them).
+
+The raw text is streamed in chunks of two kinds: character cuts (anywhere, inside a delimiter too) and
+token cuts (at the checkpoint's own token boundaries, what a server streams). Each drawn cut is recorded
+as a hypothesis event, `<kind> cut: <how>`, which the round trip counts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from hypothesis import event
 from hypothesis import strategies as st
+
+from conformance.audit.roundtrip.cuts import CHARACTER_CUTS, TOKEN_CUTS, TokenSpan, cut_before
 
 MAX_TOOL_CALLS = 4
 EDGE_INTEGERS = (0, -1, 1, 2**31 - 1, -(2**31), 2**53, 2**53 + 1, 2**63 - 1, -(2**63), 2**64, 10**30, -(10**30))
@@ -156,11 +164,12 @@ def turns(draw: st.DrawFn, delimiters: tuple[str, ...], *, reasoning: bool = Tru
 
 @st.composite
 def chunkings(draw: st.DrawFn, text: str, delimiters: tuple[str, ...]) -> list[str]:
-    """`text` cut into chunks: one character each, random sizes, or cut inside every delimiter."""
-    kind = draw(st.sampled_from(("one", "random", "inside")))
-    if kind == "one":
+    """`text` cut at characters: one character each, random sizes, or cut inside every delimiter."""
+    how = draw(st.sampled_from(CHARACTER_CUTS))
+    event("character cut", how)
+    if how == "one character":
         return list(text)
-    if kind == "random":
+    if how == "random sizes":
         cuts, position = [], 0
         while position < len(text):
             position += draw(st.integers(1, 16))
@@ -169,6 +178,26 @@ def chunkings(draw: st.DrawFn, text: str, delimiters: tuple[str, ...]) -> list[s
         cuts = sorted({start + len(d) // 2 for d in delimiters if len(d) > 1 for start in _occurrences(text, d)})
     bounds = [0, *[cut for cut in cuts if 0 < cut < len(text)], len(text)]
     return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+@st.composite
+def token_chunkings(draw: st.DrawFn, text: str, spans: Sequence[TokenSpan]) -> list[str]:
+    """`text` (whose tokens are `spans`) cut at token boundaries only: whole, before and after each added
+    token (each its own chunk), one token each, or random groups of 1-8 tokens."""
+    how = draw(st.sampled_from(TOKEN_CUTS))
+    event("token cut", how)
+    if how == "whole":
+        starts: list[int] = []
+    elif how == "at added tokens":
+        starts = [index + after for index, span in enumerate(spans) if span.added for after in (0, 1)]
+    elif how == "one token":
+        starts = list(range(len(spans)))
+    else:
+        starts, index = [], 0
+        while index < len(spans):
+            index += draw(st.integers(1, 8))
+            starts.append(index)
+    return cut_before(text, spans, starts)
 
 
 def _occurrences(text: str, needle: str) -> list[int]:

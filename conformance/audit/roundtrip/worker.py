@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from conformance.audit.roundtrip.cuts import NO_TOKENIZER, TokenizerUnavailable, TokenSplitter, load_token_splitter
 from conformance.audit.roundtrip.roundtrip import RoundTripResult, run_roundtrip
 from conformance.formats.turn_text import RenderError, Subject, render, render_turn
 from conformance.util.package_paths import SOURCE_ROOT
@@ -26,11 +27,15 @@ MEMORY_BYTES = 2 * 1024 * 1024 * 1024
 
 
 def bounded_roundtrip(subject: Subject, examples: int, seed: int, database: Path | None = None,
-                      probes: list[dict[str, Any]] | None = None, timeout: float = TIMEOUT_S) -> RoundTripResult:
+                      probes: list[dict[str, Any]] | None = None, timeout: float = TIMEOUT_S,
+                      tokenizer: Path | str = NO_TOKENIZER) -> RoundTripResult:
     """`run_roundtrip` in a child process; `probes` ({messages, tools, message}) are rendered there too
-    and come back as extra matrix inputs (`inputs`), e.g. each shipped case's forced output."""
+    and come back as extra matrix inputs (`inputs`), e.g. each shipped case's forced output. `tokenizer`
+    is the checkpoint's tokenizer.json (loaded in the child) to cut at tokens, or why there is none."""
     job = {"subject": asdict(subject), "examples": examples, "seed": seed,
-           "database": str(database) if database else None, "probes": probes or []}
+           "database": str(database) if database else None, "probes": probes or [],
+           "tokenizer": str(tokenizer) if isinstance(tokenizer, Path) else None,
+           "no_tokenizer": tokenizer if isinstance(tokenizer, str) else None}
     source_root = str(SOURCE_ROOT)
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [source_root, os.environ.get("PYTHONPATH")]))}
     try:
@@ -59,6 +64,16 @@ def render_probe(subject: Subject, probe: dict[str, Any]) -> dict[str, Any] | No
     return {"prompt": prompt, "raw": raw, "tools": probe["tools"], "origin": probe["origin"]}
 
 
+def job_tokens(job: dict[str, Any]) -> TokenSplitter | str:
+    """The job's tokenizer, loaded, or why the round trip cuts no example at tokens."""
+    if job["tokenizer"] is None:
+        return job["no_tokenizer"]
+    try:
+        return load_token_splitter(Path(job["tokenizer"]))
+    except TokenizerUnavailable as error:
+        return str(error)
+
+
 def serve() -> None:
     """Child side: read one job from stdin, write its RoundTripResult as JSON to stdout."""
     from hypothesis.configuration import set_hypothesis_home_dir
@@ -73,7 +88,7 @@ def serve() -> None:
     database = Path(job["database"]) if job["database"] else None
     with tempfile.TemporaryDirectory(prefix="hypothesis-") as scratch:  # hypothesis writes nothing elsewhere
         set_hypothesis_home_dir(database or scratch)
-        result = (run_roundtrip(subject, job["examples"], job["seed"], database) if job["examples"] > 0
+        result = (run_roundtrip(subject, job["examples"], job["seed"], database, job_tokens(job)) if job["examples"] > 0
                   else RoundTripResult(seed=job["seed"], examples=0))
     result.inputs += [rendered for probe in job["probes"] if (rendered := render_probe(subject, probe)) is not None]
     json.dump(asdict(result), sys.stdout, ensure_ascii=True)
