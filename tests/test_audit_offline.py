@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,14 +33,21 @@ def test_the_round_trip_and_the_matrix_are_in_both_reports(tmp_path, tiny_checkp
     no_chat_template.mkdir()
     config = json.loads((tiny_checkpoint / "tokenizer_config.json").read_text())
     (no_chat_template / "tokenizer_config.json").write_text(json.dumps(config))  # the template lives in the .jinja
-    done = audit(tmp_path, "--local", str(tiny_checkpoint), "--local", str(no_chat_template), "--examples", "40",
+    no_tokenizer = tmp_path / "no-tokenizer"
+    shutil.copytree(tiny_checkpoint, no_tokenizer)
+    (no_tokenizer / "tokenizer.json").unlink()
+    done = audit(tmp_path, "--local", str(tiny_checkpoint), "--local", str(no_chat_template),
+                 "--local", str(no_tokenizer), "--examples", "40",
                  "--seed", "1", "--implementations", "transformers-5.19.0,vllm-0.32",
                  "--json", "audit.json", "--markdown", "audit.md")
     assert done.returncode == 0, done.stderr  # findings, like the audit's others, do not fail it
     assert "round trip: seed 1" in done.stdout
-    tiny, other = _report(tmp_path / "audit.json")["checkpoints"]
+    tiny, other, untokenized = _report(tmp_path / "audit.json")["checkpoints"]
     roundtrip = tiny["roundtrip"]
     assert roundtrip["status"] == "ran" and roundtrip["seed"] == 1 and 0 < roundtrip["examples"] <= 40
+    # each example streamed in the checkpoint's own token cuts, then in character cuts
+    assert roundtrip["token_cuts_skipped"] is None
+    assert 0 < sum(roundtrip["cuts"]["token"].values()) <= roundtrip["examples"]
     codes = {failure["code"] for failure in roundtrip["failures"]}  # seed 1 reaches both known kinds in 40
     assert "roundtrip-parse-error" in codes
     assert codes <= {finding["code"] for finding in tiny["findings"]}
@@ -47,12 +55,18 @@ def test_the_round_trip_and_the_matrix_are_in_both_reports(tmp_path, tiny_checkp
     assert matrix["implementations"] == ["transformers-5.19.0", "vllm-0.32"] and matrix["inputs"] > 40
     assert [entry["mode"] for entry in matrix["disagreements"]] == ["stream"]  # the malformed-call difference
     assert other["roundtrip"] == {"status": "skipped", "reason": "no chat template", "seed": 1, "database": None, "examples_asked": 40,
-                                  "examples": 0, "failures": []}
+                                  "examples": 0, "cuts": {}, "token_cuts_skipped": None, "failures": []}
+    without_tokenizer = untokenized["roundtrip"]
+    assert without_tokenizer["status"] == "ran" and without_tokenizer["token_cuts_skipped"] == "no tokenizer.json"
+    assert sum(without_tokenizer["cuts"]["token"].values()) == 0 < sum(without_tokenizer["cuts"]["character"].values())
     assert other["implementations"]["status"] == "skipped"
     markdown = (tmp_path / "audit.md").read_text()
     assert "- round trip: " in markdown and "**1 counterexample" not in markdown
     assert "`<tool_call>\\n{\"name\": " in markdown  # the raw output, escaped in a code span
     assert "- round trip **skipped**: no chat template" in markdown
+    assert "  - streamed: token cuts skipped (no tokenizer.json); " in markdown
+    assert f"  - streamed: {sum(roundtrip['cuts']['token'].values())} cut at tokens (whole " in markdown
+    assert "round trip streamed: token cuts skipped (no tokenizer.json); " in done.stdout
 
 
 def test_examples_zero_runs_no_round_trip(tmp_path, tiny_checkpoint):

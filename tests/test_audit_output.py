@@ -110,7 +110,7 @@ def _wide_report(tmp_path: Path) -> dict:
                unmet_expectations=["both: expected starts, but the checkpoint could not be audited (template_timeout)"],
                findings=[{"code": "slow-regex", "message": "a pattern " + "very " * 40 + "slow"}],
                roundtrip={"status": "skipped", "reason": "no chat template", "seed": 0, "database": None,
-                          "examples_asked": 10, "examples": 0, "failures": []},
+                          "examples_asked": 10, "examples": 0, "cuts": {}, "token_cuts_skipped": None, "failures": []},
                **{predictor["key"]: None for predictor in report["predictors"]})
     report["checkpoints"].append(hub)
     return report

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conformance.audit.roundtrip.cuts import NO_TOKENIZER
 from conformance.audit.template_rules import Finding
+from conformance.formats.checkpoint_files import TOKENIZER
 from conformance.formats.turn_text import Subject
 from conformance.util.markdown_text import code_span, visible
 
@@ -62,13 +64,23 @@ def _shown(raw: str) -> str:
 def _roundtrip_record(result: Any, options: OfflineOptions) -> dict[str, Any]:
     return {"status": "error" if result.error else "ran", "reason": result.error, "seed": result.seed,
             "database": str(options.database) if options.database else None,
-            "examples_asked": options.examples, "examples": result.examples, "failures": list(result.failures.values())}
+            "examples_asked": options.examples, "examples": result.examples, "cuts": result.cuts,
+            "token_cuts_skipped": result.token_cuts_skipped, "failures": list(result.failures.values())}
 
 
 def skipped(reason: str, options: OfflineOptions) -> dict[str, Any]:
     return {"status": "skipped", "reason": reason, "seed": options.seed, "database": None,
             "examples_asked": options.examples,
-            "examples": 0, "failures": []}
+            "examples": 0, "cuts": {}, "token_cuts_skipped": None, "failures": []}
+
+
+def tokenizer_of(audit: Any) -> Path | str:
+    """The checkpoint's tokenizer.json for the round trip's token cuts, or why there is none."""
+    if TOKENIZER in audit.file_paths:
+        return Path(audit.file_paths[TOKENIZER])
+    if audit.source == "hub":
+        return f"{NO_TOKENIZER} (read on disk only: a Hub checkpoint's is not fetched)"
+    return NO_TOKENIZER
 
 
 def check(audit: Any, options: OfflineOptions) -> None:
@@ -92,7 +104,8 @@ def check(audit: Any, options: OfflineOptions) -> None:
         return
     probes, left_out = case_probes(subject) if options.implementations is not None else ([], 0)
     probes += CAST_PROBES if options.implementations is not None else []
-    result = bounded_roundtrip(subject, max(options.examples, 0), options.seed, options.database, probes)
+    result = bounded_roundtrip(subject, max(options.examples, 0), options.seed, options.database, probes,
+                               tokenizer=tokenizer_of(audit))
     if options.examples > 0:
         audit.roundtrip = _roundtrip_record(result, options)
         for failure in result.failures.values():

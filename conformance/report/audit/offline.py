@@ -16,6 +16,20 @@ def _code(value: Any) -> str:
     return code_span(visible(text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"))
 
 
+def cuts_summary(record: dict[str, Any], detail: bool = True) -> str:
+    """How a round trip's examples were streamed: per kind of cut, the examples (and, in `detail`, how they
+    were cut), or why no example was cut at tokens."""
+    parts = []
+    for kind in ("token", "character"):
+        counts = record["cuts"].get(kind, {})
+        if kind == "token" and record["token_cuts_skipped"] is not None:
+            parts.append(f"token cuts skipped ({record['token_cuts_skipped']})")
+        elif counts:
+            ways = f" ({', '.join(f'{how} {count}' for how, count in counts.items())})" if detail else ""
+            parts.append(f"{sum(counts.values())} cut at {kind}s{ways}")
+    return "; ".join(parts)
+
+
 def roundtrip_lines(record: dict[str, Any] | None) -> list[str]:
     if record is None:
         return []
@@ -25,8 +39,10 @@ def roundtrip_lines(record: dict[str, Any] | None) -> list[str]:
     lines = [f"- round trip: {record['examples']} examples generated of {record['examples_asked']} asked "
              f"(seed {record['seed']}), "
              + (f"**{len(failures)} counterexample(s)**" if failures else "no counterexample")]
+    lines.append(f"  - streamed: {cuts_summary(record)}")
     for failure in failures:
-        lines.append(f"  - {failure['code']}: {failure['summary']}")
+        cut = f" ({failure['cut']} cut)" if "cut" in failure else ""
+        lines.append(f"  - {failure['code']}{cut}: {failure['summary']}")
         lines.append(f"    - message: {_code(failure['message'])}; tools: {_code([t['function']['name'] for t in failure['tools']])}")
         if "raw" in failure:
             lines.append(f"    - raw output: {_code(failure['raw'])}")

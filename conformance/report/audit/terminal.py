@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from conformance.report.audit.offline import cuts_summary
 from conformance.util.markdown_text import visible
 
 WIDTH = 80
@@ -133,6 +134,7 @@ def _offline_lines(checkpoint: dict[str, Any]) -> list[str]:
             lines.append(f"round trip: {roundtrip['examples']} of {roundtrip['examples_asked']} examples "
                          f"(seed {roundtrip['seed']}), "
                          + (f"{failures} kind(s) of counterexample" if failures else "no counterexample"))
+            lines.append(f"round trip streamed: {cuts_summary(roundtrip, detail=False)}")
         else:
             lines.append(f"round trip {roundtrip['status']}: {roundtrip['reason']}")
     if matrix is not None:
