@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from roundtrip_helpers import corrected_subject
 
+from conformance.audit.checkpoint_audit import CheckpointAudit
+from conformance.audit.offline import tokenizer_of
 from conformance.audit.roundtrip import cuts, roundtrip, strategies
 from conformance.audit.roundtrip.cuts import (
     CHARACTER_CUTS,
@@ -129,3 +131,13 @@ def test_a_tokenizer_too_large_or_not_a_file_is_refused_before_it_is_read(monkey
     os.mkfifo(fifo)  # with no writer: reading it would block forever
     with pytest.raises(TokenizerUnavailable, match=r"^tokenizer.json cannot be read: "):
         load_token_splitter(fifo)
+
+
+def test_the_audit_names_why_a_checkpoint_has_no_tokenizer_to_cut_at(tiny_checkpoint):
+    local = CheckpointAudit(id="local", source="local", revision=None, commit=None, status="ok",
+                            file_paths={"tokenizer.json": tiny_checkpoint / "tokenizer.json"})
+    assert tokenizer_of(local) == tiny_checkpoint / "tokenizer.json"
+    hub = CheckpointAudit(id="org/model", source="hub", revision="main", commit=None, status="ok")
+    assert tokenizer_of(hub) == "no tokenizer.json (read on disk only: a Hub checkpoint's is not fetched)"
+    assert tokenizer_of(CheckpointAudit(id="bare", source="local", revision=None, commit=None, status="ok")) == (
+        "no tokenizer.json")
