@@ -12,9 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from conformance.commands import add_out_arguments, add_verb, recorded_files, timeout_problem
+from conformance.commands import (
+    add_granularities_argument,
+    add_out_arguments,
+    add_verb,
+    recorded_files,
+    timeout_problem,
+)
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.formats.tiny_checkpoint import VARIANTS
+from conformance.record.case_model import DEFAULT_GRANULARITIES
 from conformance.run.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
 from conformance.util import exit_codes
 from conformance.util.files import read_bounded, write_atomically
@@ -83,6 +90,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gate.add_argument("--feature", action="append", default=[], metavar="TAG", help="only cases with this tag (repeatable)")
     gate.add_argument("--origin", default=None, metavar="ORIGIN",
                       help="browser origin of the CORS preflight sent to both sides (default: http://localhost:3000)")
+    add_granularities_argument(gate, default=DEFAULT_GRANULARITIES)
     gate.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
                       help=f"requests in flight per side (default: {DEFAULT_CONCURRENCY})")
     gate.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
@@ -343,7 +351,7 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
         with targets_for(sides, out_dir, api_key="EMPTY", timeout=args.timeout,
                          forcing=forcing_fields(args.forcing), meanwhile=_import_reports) as (runs, release):
             recordings, cors = run_gate_sides(runs, cases, out_dir, concurrency=args.concurrency,
-                                              origin=args.origin or DEFAULT_ORIGIN)
+                                              origin=args.origin or DEFAULT_ORIGIN, granularities=args.granularities)
             release()  # the servers shut down while the reports are written
             write_side_reports(out_dir, recordings)
             return _finish(build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source), out_dir)

@@ -110,6 +110,10 @@ class Profile:
     # Its documented departures from a format's own meaning: the differences from a format-independent
     # case's reference outcome that pass (conformance.record.server_rules).
     rules: tuple[ServerRule, ...] = ()
+    # Whether a chat request may ask it for several tokens per stream delta (the body field
+    # `stream_interval`, vLLM's Python frontend 0.32 on): granular streams (`stream@N`) are sent to it;
+    # to any other server they are a skip of kind `granularity_not_asked`.
+    stream_interval_per_request: bool = False
 
     @property
     def build_note(self) -> str | None:

@@ -68,7 +68,7 @@ TO_DO_SECTIONS = (
 MAX_ROWS_LISTED = 12  # cases named per to-do item; the rest are counted
 # To-do items, most breaking first: a refused request breaks a client outright, a usage count rarely.
 KIND_ORDER = {kind: i for i, kind in enumerate(("request_refused", "outcome", "request_accepted", "message",
-                                                 "reasoning_field", "finish_reason", "stream_shape", "client_replay",
+                                                 "reasoning_field", "finish_reason", "stream_granularity", "stream_shape", "client_replay",
                                                  "usage"))}
 
 
@@ -191,6 +191,15 @@ def _stream_shape(member: Mapping[str, Any], labels: Labels) -> Segments:
             " may send a whole call in one delta)."]
 
 
+def _stream_granularity(member: Mapping[str, Any], labels: Labels) -> Segments:
+    cand = member.get("candidate") if isinstance(member.get("candidate"), Mapping) else {}
+    who = "candidate" if cand.get("outcome") == "fail" else "baseline"
+    return ["under ", Code(labels[who]), " a stream that delivers several tokens per delta (speculative decoding, ",
+            Code("--stream-interval"), ", a busy batch) does not add up to the message its one-token stream makes: ",
+            "a client reading it loses or misreads text at the chunk named; keep ", Code(labels[who]),
+            " at one token per delta, or use the non-streaming answer for tool calls."]
+
+
 def _finish_reason(member: Mapping[str, Any], labels: Labels) -> Segments:
     base, cand = json_text(member.get("baseline"), 40), json_text(member.get("candidate"), 40)
     return ["handle ", Code(f"finish_reason: {cand}"), " where ", Code(labels["baseline"]), " sent ", Code(base),
@@ -235,5 +244,6 @@ _DEFAULT_ACTIONS = {
     "finish_reason": _finish_reason,
     "usage": _usage,
     "client_replay": _client_replay,
+    "stream_granularity": _stream_granularity,
     "outcome": _outcome,
 }

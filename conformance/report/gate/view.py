@@ -37,6 +37,7 @@ KIND_TITLES = {
     "finish_reason": "finish_reason differs",
     "usage": "usage differs",
     "client_replay": "openai-python rebuilds the message differently",
+    "stream_granularity": "several tokens per delta break the stream",
     "outcome": "case outcome differs",
 }
 METRIC_TITLES = {
