@@ -16,6 +16,9 @@ import threading
 from conformance import __version__, commands
 from conformance.util import exit_codes
 
+EXTRA_HINT = ("pip install 'hf-parser-conformance[audit]' for `audit`, '[live]' for the verbs that run servers or "
+              "read their recordings, '[clients]' for `clients`")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -47,6 +50,10 @@ def main(argv: list[str] | None = None) -> int:
         return exit_codes.ERROR
     try:
         return args.func(args)
+    except ModuleNotFoundError as missing:  # an extra not installed (pyproject.toml: each verb's libraries)
+        print(f"conformance {args.verb}: error: the Python package {missing.name!r} is not installed; "
+              f"install the extra this verb needs: {EXTRA_HINT}", file=sys.stderr)
+        return exit_codes.ERROR
     except KeyboardInterrupt as stop:
         print("interrupted", file=sys.stderr)
         return exit_codes.stopped_by(exit_codes.signal_of(stop))

@@ -118,7 +118,7 @@ def test_the_markdown_groups_by_feature_and_names_each_difference(runs):
 def test_contract_command_writes_both_views_and_a_gate_dir_stands_for_its_two_sides(runs, tmp_path, capsys):
     assert main(["contract", *map(str, runs), "--out", str(tmp_path / "m")]) == 0
     assert "5 behaviours of 3 servers (legacy, hf, other); 3 differ" in capsys.readouterr().out
-    assert {p.name for p in (tmp_path / "m").iterdir()} == {"contract.md", "contract.html"}
+    assert {p.name for p in (tmp_path / "m").iterdir()} == {"contract.json", "contract.md", "contract.html"}
     gate = tmp_path / "gate"
     for side, run in (("baseline", runs[0]), ("candidate", runs[1])):
         shutil.copytree(run, gate / side)
@@ -171,8 +171,30 @@ def test_the_html_page_highlights_the_differing_cells_in_headless_chromium(runs,
         browser.open(page.as_uri() + "?differs=1#row-sunny-stream")
         assert browser.evaluate("document.getElementById('only-differs').checked") is False
         assert browser.evaluate("getComputedStyle(document.getElementById('row-sunny-stream')).display") != "none"
+        # A filter nothing matches says so.
+        assert browser.evaluate("document.getElementById('rows-none').hidden") is True
+        browser.evaluate("var f = document.getElementById('feature'); f.value = 'content';"  # sunny: the same everywhere
+                         " document.getElementById('only-differs').checked = true; f.dispatchEvent(new Event('change'))")
+        assert not any(r["differs"] and "content" in r["features"] for r in matrix["rows"])
+        assert browser.evaluate(_visible_text("rows-none")) == "No rows match this filter."
     finally:
         browser.close()
+    # On a narrow, short window the filter bar wraps; a row opened by its anchor still sits below it.
+    narrow = Chromium(tmp_path / "chromium-narrow", width=380, height=260)
+    try:
+        last = f"row-{matrix['rows'][-1]['case_id']}-{matrix['rows'][-1]['mode']}"
+        narrow.open(page.as_uri() + "#" + last)
+        top, bar_bottom, scrolled = narrow.evaluate(
+            f"[document.getElementById('{last}').getBoundingClientRect().top,"
+            " document.getElementById('filters').getBoundingClientRect().bottom, window.scrollY]")
+        assert scrolled > 0 and top >= bar_bottom - 1, (top, bar_bottom)
+    finally:
+        narrow.close()
+
+
+def _visible_text(element_id: str) -> str:
+    return (f"(function () {{ var e = document.getElementById('{element_id}'); var r = e.getBoundingClientRect();"
+            " return r.height > 0 && getComputedStyle(e).display !== 'none' ? e.textContent : null; })()")
 
 
 def test_the_matrix_of_real_legacy_and_hf_runs_shows_their_known_differences(legacy_server, hf_server, hf_rust_server,

@@ -181,6 +181,22 @@ acknowledge:
 """
 
 
+def test_an_answer_that_is_not_the_forced_text_is_recorded_as_unforced(every_kind):
+    """hermes guides `tool_choice: required` with its own grammar: the tiny model's own output replaces the
+    forced text, and the gate record says so for that side, case and mode (an unverified answer is not marked)."""
+    baseline, candidate = every_kind
+    refused = next(t for t in baseline.transcripts if t.case_id == "refused")
+    refused.forcing_problems = ["the output is not the forced text: expected '<tool_call>', got 'true'"]
+    next(t for t in candidate.transcripts if t.case_id == "cast").forcing_problems = []  # exactly the forced text
+    gate = build_gate(baseline, candidate)
+    difference = next(d for d in gate["differences"] if d["case_id"] == "refused")
+    assert difference["excerpt"]["unforced"] == {"baseline": refused.forcing_problems[0]}
+    rows = {row["case_id"]: row for row in gate["behaviours"]}
+    assert rows["refused"]["unforced"] == {"baseline": ["non-stream"]}
+    assert rows["cast"]["unforced"] == {} and rows["same"]["unforced"] == {}
+    assert all(d["excerpt"]["unforced"] == {} for d in gate["differences"] if d["case_id"] != "refused")
+
+
 def write(tmp_path: Path, text: str, name: str = "expect.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text)
@@ -258,6 +274,11 @@ def test_the_first_tool_name_delay_counts_from_each_streams_first_byte_and_in_da
     assert summary["first_tool_name_delay"] == {"n": 1, "p50": 0.01, "p90": 0.01, "max": 0.01}
     assert summary["first_tool_name_line_delay"] == {"n": 1, "p50": 1, "p90": 1, "max": 1}
     assert summary["candidate"]["first_byte"]["p50"] == 0.5
+    # The structure: per side the data line the name first appears in, and the stream's length in data lines.
+    lines = summary["tool_name_lines"]
+    assert lines["baseline"]["first_tool_name"]["p50"] == 3 and lines["candidate"]["first_tool_name"]["p50"] == 4
+    assert lines["baseline"]["data_lines"]["p50"] == len(base.sse)
+    assert lines["candidate"]["data_lines"]["p50"] == len(late.sse) == len(whole_stream()) + 2  # + content, [DONE]
 
 
 def test_the_first_tool_name_delay_is_per_case_candidate_minus_baseline(every_kind):

@@ -171,9 +171,39 @@ def test_default_client_actions_are_worded_from_the_recorded_values():
     assert "never compare the raw string" in action(by_case[("string-values-cast-to-integer", "stream", "message")])
     finish = by_case[("unclosed-call", "stream", "finish_reason")]
     assert action(finish).startswith('handle finish_reason: "length" where legacy sent "tool_calls"')
-    for kind in gate_view.KIND_TITLES:  # every kind has its own advice, not the fallback
+    for kind in gate_view.KIND_TITLES:  # every kind has its own advice
         member = next(d for d in gate["differences"] if d["kind"] == kind)
-        assert not action(member).startswith("review ")
+        assert not action(member).startswith(gate_actions.NO_ADVICE)
+
+
+def _with_an_unforced_answer(gate: dict) -> dict:
+    """hermes answered tool-choice-required with the tiny model's own output, not the forced text."""
+    reason = "the output is not the forced text: expected '<tool_call>...', got '<tool_call>{\"arguments\": true}'"
+    for difference in gate["differences"]:
+        if difference["case_id"] == "tool-choice-required":
+            difference["excerpt"]["unforced"] = {"baseline": reason}
+    next(b for b in gate["behaviours"] if b["case_id"] == "tool-choice-required")["unforced"] = {
+        "baseline": ["stream", "non-stream"]}
+    return gate
+
+
+def test_reports_mark_an_answer_that_is_not_the_forced_text_as_unforced():
+    gate = _with_an_unforced_answer(full_gate())
+    text = gate_markdown.render(gate)
+    row = next(line for line in text.splitlines() if line.startswith("| `tool-choice-required` |"))
+    baseline_cell, candidate_cell = row.split(" | ")[1:3]
+    assert baseline_cell.startswith("**unforced** (both modes) `") and "unforced" not in candidate_cell
+    assert sum(1 for line in text.splitlines() if line.startswith("| `") and "**unforced**" in line) == 1
+    assert "An answer marked **unforced** is the model's own output, not the forced text" in text
+    assert "- **`legacy` answered** (**unforced**: the output is not the forced text: expected" in text
+    assert "- **`hf` answered**: `HTTP 400" in text  # the other side is not marked
+    page = gate_html.render(gate)
+    cells = page[page.index("id='case-tool-choice-required'"):].split("</tr>", 1)[0]
+    assert "<span class='unforced'" in cells and cells.index("unforced (both modes)") < cells.index("candidate of")
+    detail = page[page.index("id='diff-tool-choice-required-stream-request_refused'"):].split("</div>", 1)[0]
+    assert "<code>legacy</code> answered <span class='unforced'" in detail and "got &#x27;&lt;tool_call&gt;" in detail
+    # A gate.json without the field (written before it) marks nothing.
+    assert "**unforced** (" not in gate_markdown.render(full_gate())
 
 
 def test_row_state_follows_the_differences_not_a_contradicting_row_flag():
@@ -246,6 +276,37 @@ def test_markdown_timing_section_gives_the_first_tool_name_delay_and_links_the_c
     assert ("becomes visible 20 ms earlier than under `legacy` at the median of 12 streamed case runs "
             "(at the same time at p90, 1 ms earlier at the most).\n") in text
     assert "that much later" not in text
+
+
+def _with_tool_name_lines(gate: dict, seconds_p50: float) -> dict:
+    """The timing of a 10-token forced call on a shared CPU: the name 2 data lines later under the
+    candidate by the stream's structure, `seconds_p50` later (or earlier) by the clock."""
+    stats = lambda *values: {"n": 12, "p50": values[0], "p90": values[1], "max": values[2]}  # noqa: E731
+    summary = gate["timing"]["summary"]
+    summary["first_tool_name_delay"] = stats(seconds_p50, 0.01, 0.02)
+    summary["first_tool_name_line_delay"] = stats(2, 2, 3)
+    summary["tool_name_lines"] = {"baseline": {"first_tool_name": stats(3, 3, 4), "data_lines": stats(12, 12, 13)},
+                                  "candidate": {"first_tool_name": stats(5, 5, 6), "data_lines": stats(12, 12, 13)}}
+    return gate
+
+
+def test_timing_section_gives_the_structure_first_then_the_seconds_with_what_they_cannot_show():
+    text = gate_markdown.render(_with_tool_name_lines(full_gate(), seconds_p50=-0.004))
+    section = text[text.index("## Timing (streaming)"):text.index("## Browser clients")]
+    structure = section.index("it first appears at data line 3 of 12 under `legacy` and at data line 5 of 12 under "
+                              "`hf` (medians): 2 data lines later under `hf`")
+    assert section.index("| data line of the first tool name | 3 / 3 / 4 (n=12) | 5 / 5 / 6 (n=12) |") > structure
+    caveat = section.index("not how much later a real model's tool name appears")
+    seconds = section.index("Under `hf` the first tool name becomes visible 4 ms earlier")
+    assert structure < caveat < seconds < section.index("| first tool name visible |")
+    # Seconds that contradict the structure are called noise; seconds that agree are not.
+    assert "Here they contradict it: the name appears 4 ms earlier by the clock but 2 data lines later" in section
+    agreeing = gate_markdown.render(_with_tool_name_lines(full_gate(), seconds_p50=0.004))
+    assert "not how much later" in agreeing and "contradict" not in agreeing
+    page = gate_html.render(_with_tool_name_lines(full_gate(), seconds_p50=-0.004))
+    assert page.index("id='timing-structure'") < page.index("id='timing-caveat'") < page.index("becomes visible 4 ms earlier")
+    # A gate.json written before the structure was recorded says so instead of guessing.
+    assert "where the name first appears was not compared" in gate_markdown.render(full_gate())
 
 
 def test_cors_section_tells_browser_clients_what_each_server_allows():
@@ -429,7 +490,7 @@ def test_html_in_headless_chromium_shows_the_table_and_the_chart_and_opens_fragm
     assert set(shown) == {gate_view.anchor("case", b["case_id"]) for b in gate["behaviours"]
                           if _state(gate, b) == "unacknowledged" and "request_error" in b["features"]}
     assert browser.evaluate("document.getElementById('shown').textContent") == f"{len(shown)} of {len(gate['behaviours'])} behaviour rows shown"
-    todo = browser.evaluate("Array.from(document.querySelectorAll('table.todo tr[data-state]')).filter(function (r) {"
+    todo = browser.evaluate("Array.from(document.querySelectorAll('table.todo tbody tr')).filter(function (r) {"
                             " return getComputedStyle(r).display !== 'none'; }).length")
     items = gate_actions.to_do(gate_view.difference_groups(gate), gate_view.labels(gate))
     assert todo == sum(1 for item in items if not item.acknowledged and "request_error" in item.features) > 0
@@ -438,6 +499,47 @@ def test_html_in_headless_chromium_shows_the_table_and_the_chart_and_opens_fragm
     assert browser.evaluate("document.getElementById('case-tools-empty').nextElementSibling.hidden") is False
     browser.evaluate("document.querySelector('#case-tools-empty button.toggle').click()")
     assert browser.evaluate("document.getElementById('case-tools-empty').nextElementSibling.hidden") is True
+
+
+def _shown(browser, selector: str) -> list[str]:
+    return browser.evaluate(f"Array.from(document.querySelectorAll({json.dumps(selector)})).filter(function (e) {{"
+                            " var r = e.getBoundingClientRect(); return r.width > 0 && r.height > 0; })"
+                            ".map(function (e) { return e.textContent; })")
+
+
+def test_html_filter_reaches_the_to_do_list_says_when_nothing_matches_and_anchors_clear_the_bar(browser, tmp_path):
+    gate = full_gate()
+    url = write_gate_reports(tmp_path / "gate", gate)["html"].as_uri()
+    # The feature filter narrows each to-do row to its cases of that feature: the accumulate advice
+    # concerns two-calls (parallel_calls) and nested-arguments, and only the first stays.
+    browser.open(f"{url}?feature=parallel_calls")
+    where = _shown(browser, "table.todo span.where")
+    assert where == ["two-calls (stream)"]
+    assert len(_shown(browser, "table.todo tbody tr")) == 1
+    assert browser.evaluate("document.getElementById('todo-none').hidden") is True
+    browser.open(f"{url}?feature=all")
+    assert {"two-calls (stream)", "nested-arguments (stream)"} <= set(_shown(browser, "table.todo span.where"))
+    separators = browser.evaluate("Array.from(document.querySelectorAll('table.todo span.where')).filter(function (e) {"
+                                  " return /^(two-calls|nested-arguments) /.test(e.textContent); }).map(function (e) {"
+                                  " return getComputedStyle(e, '::before').content; })")
+    assert separators == ["none", '", "']  # the cases shown are comma-separated, the first without one
+    # A filter nothing matches says so, in the to-do list and in the behaviours.
+    assert not _shown(browser, "#rows-none") and not _shown(browser, "#todo-none")
+    browser.open(f"{url}?outcome=unchanged&feature=request_error")
+    assert _shown(browser, "#rows-none") == ["No rows match this filter."]
+    assert _shown(browser, "#todo-none") == ["No rows match this filter."]
+    assert not _shown(browser, "table.todo") and not _shown(browser, "tr.case")
+    # On a narrow window the sticky filter bar wraps; a row opened by its anchor sits below it, not under it.
+    narrow = Chromium(tmp_path / "chromium-narrow", width=420, height=500)
+    try:
+        for target in ("case-hostile-case", "diff-unclosed-call-stream-finish_reason"):
+            narrow.open(f"{url}#{target}")
+            top, bar_bottom, scrolled = narrow.evaluate(
+                f"[document.getElementById('{target}').getBoundingClientRect().top,"
+                " document.getElementById('filters').getBoundingClientRect().bottom, window.scrollY]")
+            assert scrolled > 0 and top >= bar_bottom - 1, (target, top, bar_bottom)
+    finally:
+        narrow.close()
 
 
 def _huge_gate_with_ids() -> dict:

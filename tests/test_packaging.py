@@ -83,7 +83,12 @@ def test_the_wheel_carries_cases_contract_and_licence_and_test_tools_only_as_an_
     for tool in ("pytest",):
         assert f'{tool}; extra == "test"' in requirements
         assert not any(r.split(";")[0].strip() == tool for r in requirements if "extra ==" not in r)
-    assert "hypothesis" in requirements  # the audit's round trip generates its examples with it at run time
+    assert 'hypothesis; extra == "audit"' in requirements  # the audit's round trip generates its examples with it
+    assert 'transformers>=5.16.1; extra == "audit"' in requirements  # no upper bound: a newer one installs beside it
+    assert not any(r.startswith(("transformers", "matplotlib", "openai")) for r in requirements if "extra ==" not in r)
+    assert 'matplotlib; extra == "live"' in requirements
+    assert "Project-URL: vLLM, https://github.com/vllm-project/vllm" in metadata
+    assert "Classifier: Framework :: Pytest" in metadata
 
 
 def test_the_installed_commands_find_the_shipped_cases(venv: Path, tmp_path: Path) -> None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from conformance.record.case_model import GRANULARITIES, WHOLE_OUTPUT
 from conformance.util import exit_codes
+from conformance.util.files import STDOUT, write_atomically
 
 
 def add_verb(subparsers: argparse._SubParsersAction, name: str, help: str, description: str) -> argparse.ArgumentParser:
@@ -61,3 +65,31 @@ def add_granularities_argument(parser: argparse.ArgumentParser, default: tuple[s
              "and must reassemble to its one-token stream: a comma-separated list of tokens per delta (from 2, or "
              f"`{WHOLE_OUTPUT}`: every token after the first in one delta), `all` ({','.join(GRANULARITIES)}) or `none` "
              f"(default: {','.join(default) or 'none'}). A server that cannot be asked per request skips them.")
+
+
+def add_json_argument(parser: argparse.ArgumentParser, document: str) -> None:
+    """`--json PATH`: the verb's JSON document (`document`: which one, for the help) written there too; `-` is
+    standard output, which then carries that document alone."""
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help=f"write {document} here too (`-`: standard output, which then carries it alone; "
+                             "everything else the verb prints goes to standard error)")
+
+
+@contextlib.contextmanager
+def json_output(path: Path | None) -> Iterator[Callable[[str], None]]:
+    """A function writing the verb's JSON document to `path` (--json; None: nowhere). While `path` is `-`,
+    what the verb prints goes to standard error, so standard output holds the document alone."""
+    stdout = sys.stdout
+
+    def emit(text: str) -> None:
+        if path == STDOUT:
+            stdout.write(text)
+            stdout.flush()
+        elif path is not None:
+            write_atomically(path, text)
+
+    if path != STDOUT:
+        yield emit
+        return
+    with contextlib.redirect_stdout(sys.stderr):
+        yield emit

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from conformance.commands import add_verb
+from conformance.commands import add_json_argument, add_verb, json_output
 from conformance.util import exit_codes
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--client", action="append", choices=list(APIS), metavar="NAME",
                         help=f"only this client (repeatable; default all: {', '.join(APIS)})")
     parser.add_argument("--out", type=Path, metavar="DIR", help="where to write (default: next to the recordings)")
+    add_json_argument(parser, "every side's clients.jsonl as one JSON document ({\"sides\": [{\"side\", \"file\", "
+                              "\"header\", \"findings\", \"idioms\"}]})")
     parser.set_defaults(func=run)
 
 
@@ -79,6 +82,23 @@ class _Side:
 
 
 def run(args: argparse.Namespace) -> int:
+    with json_output(args.json) as emit:
+        return _run(args, emit)
+
+
+def _document(sides: list[_Side]) -> str:
+    """The --json document: each side's clients.jsonl records (header, findings, idioms) under its name."""
+    import json
+
+    from conformance.clients.record import CLIENTS_FILE
+
+    return json.dumps({"sides": [{"side": side.name or "run", "file": str(side.target / CLIENTS_FILE),
+                                  "header": side.header, "findings": [f.to_dict() for f in side.findings],
+                                  "idioms": [idiom.to_dict() for idiom in side.idioms]} for side in sides]},
+                      indent=1, ensure_ascii=False) + "\n"
+
+
+def _run(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     from conformance.clients.record import CLIENTS_FILE, make_header, write_findings
     from conformance.clients.replay_run import CLIENTS, client_versions, replay, replay_idioms, runnable
     from conformance.record.recording import read_header, read_transcripts
@@ -141,6 +161,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"conformance clients: error: {report}: cannot write: {exc.strerror or exc}", file=sys.stderr)
         return exit_codes.ERROR
     print(f"report: {report}")
+    try:
+        emit(_document(sides))
+    except OSError as exc:
+        print(f"conformance clients: error: --json: {exc.filename}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return exit_codes.ERROR
     if unavailable or failed:
         return exit_codes.ERROR
     if not ran:

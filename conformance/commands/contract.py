@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from conformance.commands import add_verb
+from conformance.commands import add_json_argument, add_verb, json_output
 from conformance.util import exit_codes
 from conformance.util.output_dirs import OutputDirError, cannot_write, claimed_directory, fresh_directory
 
@@ -17,7 +18,7 @@ did (refusal status and param, the parsed message, how it streamed, finish_reaso
 answer), with the cells that differ from the row's first answering server highlighted and how they
 differ. No server is contacted: record each run once (`conformance run --out DIR`, or a gate's
 baseline/ and candidate/), render as often as wanted. A gate directory stands for its two sides.
-Writes contract.md and contract.html to --out (default: reports/contract-<time>, a new directory).
+Writes contract.json (the matrix), contract.md and contract.html to --out (default: reports/contract-<time>, a new directory).
 
 example:
   conformance contract reports/legacy-run reports/hf-run reports/hf-rust-run --out reports/contract
@@ -33,6 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="case directory whose contract references are shown (default: the shipped cases)")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="output directory (default: reports/contract-<time>, a new one)")
+    add_json_argument(parser, "contract.json (the matrix)")
     parser.set_defaults(func=run)
 
 
@@ -49,6 +51,11 @@ def _run_dirs(paths: list[Path]) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    with json_output(args.json) as emit:
+        return _run(args, emit)
+
+
+def _run(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     from conformance.compare.contract_matrix import build_matrix
     from conformance.record.run_dir import read_run_dir
     from conformance.record.transcript import TranscriptError
@@ -77,4 +84,9 @@ def run(args: argparse.Namespace) -> int:
           f"({', '.join(c['label'] for c in matrix['columns'])}); {differing} differ")
     for kind, path in paths.items():
         print(f"{kind}: {path}")
+    try:
+        emit(paths["json"].read_text(encoding="utf-8"))
+    except OSError as exc:
+        print(f"conformance contract: error: --json: {exc.filename}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return exit_codes.ERROR
     return exit_codes.OK

@@ -14,8 +14,10 @@ from typing import Any
 
 from conformance.commands import (
     add_granularities_argument,
+    add_json_argument,
     add_out_arguments,
     add_verb,
+    json_output,
     recorded_files,
     timeout_problem,
 )
@@ -130,6 +132,7 @@ def _common(parser: argparse.ArgumentParser, default_out: str) -> None:
     expect.add_argument("--no-expect", action="store_true", help="acknowledge nothing")
     parser.add_argument("--strict", action="store_true", help="stale acknowledgements fail the gate too")
     add_out_arguments(parser, default_out)
+    add_json_argument(parser, "gate.json")
 
 
 def _error(verb: str, message: str) -> int:
@@ -143,12 +146,13 @@ def _expectations(args: argparse.Namespace, pair: tuple[str, str] | None,
     """(the entries acknowledging differences, where they come from: gate.json's `expectations`).
     Without --expect/--no-expect the default is the file shipped for the (baseline, candidate) profile
     `pair` in response format `form`, if one ships (`pair` None: servers given by URL, no default)."""
-    from conformance.compare.expectations import load_expectations, shipped_expectations
+    from conformance.compare.expectations import acknowledge_line, load_expectations, shipped_expectations
 
     if args.no_expect:
         return [], {"file": None, "note": "--no-expect: nothing is acknowledged"}
     if args.expect is not None:
-        return load_expectations(args.expect), {"file": str(args.expect), "note": "given with --expect"}
+        entries = load_expectations(args.expect)
+        return entries, {"file": str(args.expect), "note": "given with --expect", "line": acknowledge_line(args.expect)}
     shipped = shipped_expectations(*pair, form) if pair else None
     on_format = "" if form == DEFAULT_FORMAT.name else f" on the {form} format"
     if shipped is None:
@@ -172,14 +176,15 @@ def _check_selectors(entries: list[Any], recordings: list[Any], cases_dir: Path 
     return unknown_selectors(entries, case_ids, features)
 
 
-def _finish(gate: dict[str, Any], out_dir: Path) -> int:
+def _finish(gate: dict[str, Any], out_dir: Path, emit: Callable[[str], None]) -> int:
     """Write gate.json and every gate report, print the verdict and the unacknowledged differences (what a
-    server sent shown `visible`: one line each, a lone surrogate as its escape)."""
+    server sent shown `visible`: one line each, a lone surrogate as its escape); `emit` gets gate.json (--json)."""
     import json
 
     from conformance.compare.gate import GATE_FILE, exit_code_of
 
-    write_atomically(out_dir / GATE_FILE, json.dumps(gate, indent=1, ensure_ascii=False) + "\n")
+    document = json.dumps(gate, indent=1, ensure_ascii=False) + "\n"
+    write_atomically(out_dir / GATE_FILE, document)
     paths = {"gate": out_dir / GATE_FILE, **_write_gate_reports(out_dir, gate)}
     for difference in gate["differences"]:
         if difference["acknowledged"] is None:
@@ -190,6 +195,7 @@ def _finish(gate: dict[str, Any], out_dir: Path) -> int:
     print(visible(gate["verdict"]["line"]))  # it can quote a server's error
     for kind, path in paths.items():
         print(f"{kind}: {path}")
+    emit(document)
     return exit_code_of(gate)
 
 
@@ -205,6 +211,11 @@ def _write_gate_reports(out_dir: Path, gate: dict[str, Any]) -> dict[str, Path]:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    with json_output(args.json) as emit:
+        return _run_compare(args, emit)
+
+
+def _run_compare(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     from conformance.compare.expectations import ExpectationsError
     from conformance.compare.gate import build_gate
     from conformance.compare.rejudge import UnsupportedResults
@@ -233,7 +244,7 @@ def run_compare(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _error("compare", f"{exc.filename}: cannot read: {exc.strerror or exc}")
     gate = build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source)
-    return _written_out("compare", args, args.candidate.resolve().parent, lambda out_dir: _finish(gate, out_dir))
+    return _written_out("compare", args, args.candidate.resolve().parent, lambda out_dir: _finish(gate, out_dir, emit))
 
 
 def _written_out(verb: str, args: argparse.Namespace, default_parent: Path, write: Callable[[Path], int]) -> int:
@@ -270,8 +281,7 @@ def _recorded_cors(gate_dir: Path) -> dict[str, Any] | None:
     without a gate.json there or one that says none; OSError for one that cannot be read (a FIFO, too large)."""
     import json
 
-    from conformance.compare.gate import GATE_FILE
-    from conformance.report.gate.annotations import MAX_GATE_BYTES
+    from conformance.compare.gate import GATE_FILE, MAX_GATE_BYTES
 
     try:
         return json.loads(read_bounded(gate_dir / GATE_FILE, MAX_GATE_BYTES, "a gate record")).get("cors")
@@ -280,6 +290,11 @@ def _recorded_cors(gate_dir: Path) -> dict[str, Any] | None:
 
 
 def run_gate(args: argparse.Namespace) -> int:
+    with json_output(args.json) as emit:
+        return _run_gate(args, emit)
+
+
+def _run_gate(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     from conformance.compare.expectations import ExpectationsError
     from conformance.run.engine import select_cases
     from conformance.run.gate_sides import GateSide
@@ -331,11 +346,11 @@ def run_gate(args: argparse.Namespace) -> int:
     if problems:
         return _error("gate", "\n".join(problems))
     return _written_out("gate", args, Path("reports"),
-                        lambda out_dir: _gate_into(out_dir, args, sides, cases, entries, source))
+                        lambda out_dir: _gate_into(out_dir, args, sides, cases, entries, source, emit))
 
 
 def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases: list[Any], entries: list[Any],
-               source: dict[str, Any]) -> int:
+               source: dict[str, Any], emit: Callable[[str], None]) -> int:
     """Run both sides into `out_dir`, then write the gate of their recordings (of what they recorded, when
     interrupted)."""
     from conformance.compare.gate import build_gate
@@ -354,7 +369,8 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
                                               origin=args.origin or DEFAULT_ORIGIN, granularities=args.granularities)
             release()  # the servers shut down while the reports are written
             write_side_reports(out_dir, recordings)
-            return _finish(build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source), out_dir)
+            gate = build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source)
+            return _finish(gate, out_dir, emit)
     except GateSetupError as exc:
         return _error("gate", str(exc))
     except KeyboardInterrupt as stop:  # every server is stopped by now: the gate of what was recorded
@@ -364,7 +380,7 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
         signal_name = exit_codes.signal_of(stop)
         print(f"gate: interrupted ({signal_name}): the gate of what was recorded follows", file=sys.stderr)
         return _finish(build_gate(*recordings, entries, strict=args.strict, expectations=source,
-                                  interrupted=signal_name), out_dir)
+                                  interrupted=signal_name), out_dir, emit)
 
 
 def _recorded_so_far(out_dir: Path, side: Any) -> Any:

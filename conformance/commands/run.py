@@ -8,14 +8,16 @@ import hashlib
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from conformance.commands import (
     add_granularities_argument,
+    add_json_argument,
     add_out_arguments,
     add_verb,
+    json_output,
     recorded_files,
     timeout_problem,
 )
@@ -66,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--profile", metavar="NAME", help="profile whose expectations apply (default: the --launch profile)")
     parser.add_argument("--cases", type=Path, metavar="DIR", help="case directory (default: the shipped cases/)")
     add_out_arguments(parser, "reports/run-<time>")
+    add_json_argument(parser, "the run's run.json (its stamp and summary)")
     parser.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
                         help=f"requests in flight at once (default: {DEFAULT_CONCURRENCY})")
     parser.add_argument("--repeat", type=int, default=1, metavar="K", help="run every case K times; reports pass@K")
@@ -107,6 +110,11 @@ def _usage_error(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    with json_output(args.json) as emit:
+        return _run(args, emit)
+
+
+def _run(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     from conformance.formats.markers import CheckpointError
     from conformance.run.engine import known_profiles, select_cases
     from conformance.suite.cases import CaseFileError, load_features, load_suite
@@ -150,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         with claimed_directory(out_dir, recorded_files(), args.replace), _target(args, out_dir) as (target, markers):
             print(f"running {len(cases)} cases against {target.shown_url} ({target.profile} profile); "
                   f"writing to {out_dir}", file=sys.stderr)
-            return _run_and_report(cases, target, markers, out_dir, args)
+            return _run_and_report(cases, target, markers, out_dir, args, emit)
     except (OutputDirError, TargetError, CheckpointError) as exc:
         return _usage_error(str(exc))
     except OSError as exc:  # a full disk, a file size limit
@@ -158,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out_dir: Path,
-                    args: argparse.Namespace) -> int:
+                    args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     from conformance.report.run.write import write_reports
     from conformance.run.engine import request_count
     from conformance.run.engine import run as run_engine
@@ -169,8 +177,8 @@ def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out
             markers=markers, progress=True, allowed_skips=args.allow_skip, granularities=args.granularities,
         )  # fmt: skip
     except KeyboardInterrupt as stop:
-        _report_interrupted_run(out_dir, expected=request_count(cases, args.repeat, args.granularities),
-                                target=target)
+        emit(_report_interrupted_run(out_dir, expected=request_count(cases, args.repeat, args.granularities),
+                                     target=target))
         return exit_codes.stopped_by(exit_codes.signal_of(stop))
     paths = write_reports(out_dir, output.results, output.stamp, output.transcripts)
     for kind, path in paths.items():
@@ -180,6 +188,7 @@ def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out
     print(output.summary.line())
     if output.summary.verdict_reason:
         print(f"{output.summary.verdict}: {output.summary.verdict_reason}")
+    emit(paths["run"].read_text(encoding="utf-8"))
     return output.summary.exit_code
 
 
@@ -201,9 +210,9 @@ def problem_lines(results: list[Any], width: int = 160) -> list[str]:
     return (["failures and errors:", *lines] if lines else [])
 
 
-def _report_interrupted_run(out_dir: Path, expected: int, target: Any) -> None:
+def _report_interrupted_run(out_dir: Path, expected: int, target: Any) -> str:
     """Reports from what an interrupted run had already written (results are flushed as judged); interrupted
-    before any answer was recorded, the reports say that nothing was judged."""
+    before any answer was recorded, the reports say that nothing was judged. Returns its run.json."""
     from conformance.record.run_dir import recorded_so_far
     from conformance.record.stamp import make_stamp, stamp_of_recording
     from conformance.report.run.write import write_reports
@@ -215,8 +224,10 @@ def _report_interrupted_run(out_dir: Path, expected: int, target: Any) -> None:
     print(completion, file=sys.stderr)
     stamp = stamp_of_recording(transcripts, completion) if transcripts else make_stamp(target.stamp().__dict__,
                                                                                      completion=completion)
-    for kind, path in write_reports(out_dir, results, stamp, transcripts).items():
+    paths = write_reports(out_dir, results, stamp, transcripts)
+    for kind, path in paths.items():
         print(f"{kind} (partial): {path}")
+    return paths["run"].read_text(encoding="utf-8")
 
 
 class TargetError(Exception):

@@ -91,6 +91,16 @@ def _pattern(text: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(part) for part in text.split("*")))
 
 
+def acknowledge_line(path: Path) -> int:
+    """The line of an expectations file where an acknowledgement is added (its `acknowledge:` key; 1 when the
+    file cannot say), for annotations that point there."""
+    try:
+        node, _ = safe_yaml.load_file(path)
+    except safe_yaml.YamlFileError:
+        return 1
+    return node_line(node, ["acknowledge"]) or 1
+
+
 def load_expectations(path: Path) -> list[Acknowledgement]:
     """The entries of an expectations file, or ExpectationsError listing every problem."""
     import jsonschema

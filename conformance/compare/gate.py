@@ -29,6 +29,7 @@ from conformance.util import exit_codes
 
 GATE_FORMAT = "conformance-gate/1"
 GATE_FILE = "gate.json"
+MAX_GATE_BYTES = 256 * 1024 * 1024  # the largest gate.json read back
 SIDES = ("baseline", "candidate")
 NEWLY_BAD = ("fail", "error")
 EXCERPT_REQUEST_SKIP = {"messages", "input", "tools", "model", "structured_outputs", "return_token_ids"}
@@ -156,7 +157,15 @@ def _excerpt(pair: Pair, difference: Difference) -> dict[str, Any]:
         if transcript.forced:
             request["forced output"] = transcript.forced_text
     return {"request": request,
-            **{side: answer_summary(pair.transcripts.get(side)) for side in SIDES}}
+            **{side: answer_summary(pair.transcripts.get(side)) for side in SIDES},
+            "unforced": {side: reason for side in SIDES if (reason := unforced(pair.transcripts.get(side)))}}
+
+
+def unforced(transcript: Transcript | None) -> str | None:
+    """Why a forced request's answer is not the forced text (the model's own output: a server's grammar
+    replaced the forcing, as hermes does for `tool_choice: required`), or None when it is, or unverified."""
+    problems = transcript.forcing_problems if transcript is not None and transcript.forced else None
+    return "; ".join(problems)[:400] if problems else None
 
 
 def answer_summary(transcript: Transcript | None) -> str | None:
@@ -203,10 +212,14 @@ def _behaviours(by_pair: Sequence[tuple[Pair, list[Difference]]], acknowledged_b
         features, description = pair.case_info
         row = rows.setdefault(pair.case_id, {"case_id": pair.case_id, "features": list(features),
                                              "description": description, "baseline": None, "candidate": None,
-                                             "changed": False, "kinds": [], "acknowledged": True})
+                                             "changed": False, "kinds": [], "acknowledged": True,
+                                             "unforced": {}})
         if pair.mode == "stream" or row["baseline"] is None:
             for side in SIDES:
                 row[side] = answer_summary(pair.transcripts.get(side))
+        for side in SIDES:
+            if unforced(pair.transcripts.get(side)):
+                row["unforced"].setdefault(side, []).append(pair.mode)
         for difference in found:
             row["changed"] = True
             if difference.kind not in row["kinds"]:

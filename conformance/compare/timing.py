@@ -86,14 +86,17 @@ def timing_section(pairs: Sequence[tuple[str, str, Transcript | None, Transcript
     """The gate's `timing`: per streamed (case, mode) both sides' metrics (and the data line each
     arrived in), the distributions per side, and how much later (candidate minus baseline, per case)
     the first tool name became visible: in seconds after each stream's first byte (so that time
-    spent queued behind other requests does not count), and in data lines (each about a token)."""
+    spent queued behind other requests does not count), and in data lines (each about a token).
+    `tool_name_lines` is the structure, which no machine's load changes: over the streams where both
+    sides showed a tool name, per side the data line it first appeared in and the stream's length."""
     cases = []
     for case_id, mode, base, cand in pairs:
         if mode != "stream" or base is None or cand is None or not (base.sse and cand.sse):
             continue
         (base_times, base_lines), (cand_times, cand_lines) = _stream_events(base), _stream_events(cand)
         cases.append({"case_id": case_id, "mode": mode, "baseline": base_times, "candidate": cand_times,
-                      "lines": {"baseline": base_lines, "candidate": cand_lines}})
+                      "lines": {"baseline": base_lines, "candidate": cand_lines},
+                      "data_lines": {"baseline": len(base.sse), "candidate": len(cand.sse)}})
     summary: dict[str, Any] = {
         side: {metric: distribution(case[side][metric] for case in cases) for metric in METRICS}
         for side in ("baseline", "candidate")
@@ -104,6 +107,10 @@ def timing_section(pairs: Sequence[tuple[str, str, Transcript | None, Transcript
         tool_name_after_first_byte(case["candidate"]) - tool_name_after_first_byte(case["baseline"]) for case in named)
     summary["first_tool_name_line_delay"] = distribution(
         case["lines"]["candidate"]["first_tool_name"] - case["lines"]["baseline"]["first_tool_name"] for case in named)
+    summary["tool_name_lines"] = {side: {"first_tool_name": distribution(case["lines"][side]["first_tool_name"]
+                                                                         for case in named),
+                                         "data_lines": distribution(case["data_lines"][side] for case in named)}
+                                  for side in ("baseline", "candidate")}
     return {"metrics": list(METRICS), "cases": cases, "summary": summary}
 
 

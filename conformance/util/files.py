@@ -15,6 +15,8 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
+STDOUT = Path("-")  # an output path of `-` means standard output
+
 _SPECIAL_FILES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
                   stat.S_IFSOCK: "a socket"}
 

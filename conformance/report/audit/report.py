@@ -22,11 +22,10 @@ from conformance.audit.predictors.sglang import SGLANG_CONFIGURATIONS, SGLangVer
 from conformance.audit.predictors.vllm_032 import CONFIGURATIONS, StartupVerdict
 from conformance.audit.predictors.vllm_rs import RUST_CONFIGURATIONS, RustVerdict
 from conformance.report.audit.offline import offline_lines
-from conformance.util.files import write_atomically
+from conformance.util.files import STDOUT, write_atomically
 from conformance.util.markdown_text import code_span, visible
 
 TARGET = "vLLM 0.32.0 and 0.33.0"
-STDOUT = Path("-")  # an output path of `-` means standard output
 
 
 def audit_to_json(audit: CheckpointAudit) -> dict[str, Any]:

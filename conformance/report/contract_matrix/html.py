@@ -37,7 +37,11 @@ SCRIPT = """
     document.querySelectorAll('section.feature').forEach(function (s) {
       s.classList.toggle('filtered', !s.querySelector('tr.row:not(.filtered)'));
     });
+    document.getElementById('rows-none').hidden = shown > 0;
     document.getElementById('shown').textContent = shown + ' of ' + total + ' behaviours shown';
+  }
+  function fitBar() {  // anchored rows scroll to just below the sticky filter bar (the gate report's style)
+    document.documentElement.style.setProperty('--bar-height', document.getElementById('filters').offsetHeight + 'px');
   }
   function openFragment() {
     var el = location.hash && document.getElementById(decodeURIComponent(location.hash.slice(1)));
@@ -53,7 +57,9 @@ SCRIPT = """
   differs.addEventListener('change', apply);
   feature.addEventListener('change', apply);
   window.addEventListener('hashchange', openFragment);
+  window.addEventListener('resize', fitBar);
   apply();
+  fitBar();
   openFragment();
   document.body.setAttribute('data-ready', 'yes');
 })();
@@ -113,7 +119,8 @@ def render(matrix: Mapping[str, Any]) -> str:
         f"<h2 id='servers'>Servers</h2>{servers}"
         f"<div id='filters'><label><input type='checkbox' id='only-differs'> only behaviours that differ</label>"
         f"<label>Feature <select id='feature'>{options}</select></label><span id='shown'></span></div>"
-        f"<h2 id='behaviours'>Behaviours by feature</h2>{sections}"
+        f"<h2 id='behaviours'>Behaviours by feature</h2>"
+        f"<p id='rows-none' class='no-match' hidden>No rows match this filter.</p>{sections}"
         f"<hr><p class='note'>Made by hf-parser-conformance {h(view.plain(matrix.get('suite_version') or '?'))} from "
         f"{len(labels)} recorded runs ({h(view.plain(matrix.get('format') or '?'))}), "
         f"{h(view.plain(matrix.get('created_at') or ''))}.</p>"

@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from conformance.compare.gate import MAX_GATE_BYTES
 from conformance.report.gate import actions, view
 from conformance.util import exit_codes
 from conformance.util.json_codec import MAX_RECORD_DEPTH, parse_json
 
 GITHUB_LIMIT = 10  # annotations of one level GitHub keeps per step
-MAX_GATE_BYTES = 256 * 1024 * 1024
 
 
 def _data(text: str) -> str:
@@ -32,18 +32,29 @@ def _property(text: str) -> str:
     return _data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def _command(level: str, title: str, message: str) -> str:
-    return f"::{level} title={_property(view.printable(title))}::{_data(view.printable(message))}"
+def _command(level: str, title: str, message: str, place: str = "") -> str:
+    return f"::{level} {place}title={_property(view.printable(title))}::{_data(view.printable(message))}"
 
 
-def _capped(level: str, items: Sequence[tuple[str, str]], what: str) -> list[str]:
+def _capped(level: str, items: Sequence[tuple[str, str]], what: str, places: Sequence[str] = ()) -> list[str]:
+    places = [*places, *[""] * (len(items) - len(places))]
     if len(items) > GITHUB_LIMIT:
         rest = len(items) - GITHUB_LIMIT + 1
         items = [*items[: GITHUB_LIMIT - 1], (f"{rest} more {what}", "see the job summary (report.md) or report.html")]
-    return [_command(level, title, message) for title, message in items]
+    return [_command(level, title, message, place) for (title, message), place in zip(items, places)]
+
+
+def _place(file: str | None, line: object) -> str:
+    """`file=F,line=N,` of an annotation shown on the expectations file (GitHub shows it in the pull request's
+    diff when F is in the repository), or nothing when the gate used no file given with --expect."""
+    return f"file={_property(view.printable(file))},line={line}," if file and isinstance(line, int) else ""
 
 
 def annotations(gate: Mapping[str, Any]) -> list[str]:
+    """Unacknowledged differences point at the `acknowledge:` key of the --expect file, where an entry would
+    acknowledge them; stale expectations at their own entry."""
+    expectations = gate.get("expectations") or {}
+    where_to_acknowledge = _place(expectations.get("file"), expectations.get("line"))
     labels = view.labels(gate)
     errors = []
     for item in actions.to_do(view.difference_groups(gate), labels):
@@ -57,10 +68,15 @@ def annotations(gate: Mapping[str, Any]) -> list[str]:
     _, outcome, line = view.verdict(gate)
     if outcome != "PASS" and not errors:
         errors.append((f"Gate {outcome.lower()}", line))
+    stale = gate.get("stale") or []
     warnings = [(f"Stale expectation {s.get('source') or ''}".strip(),
                  f"{s.get('kind')} {view.json_text(s.get('selector'))} no longer differs: {s.get('reason') or ''}")
-                for s in gate.get("stale") or []]
-    return _capped("error", errors, "things to do") + _capped("warning", warnings, "stale expectations")
+                for s in stale]
+    entry_lines = [str(s.get("source") or "").rpartition(":")[2] for s in stale]
+    stale_places = [_place(expectations.get("file"), int(line)) if where_to_acknowledge and line.isdigit() else ""
+                    for line in entry_lines]
+    return (_capped("error", errors, "things to do", [where_to_acknowledge] * len(errors))
+            + _capped("warning", warnings, "stale expectations", stale_places))
 
 
 def main(argv: list[str] | None = None) -> int:

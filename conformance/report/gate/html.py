@@ -42,7 +42,10 @@ h1{font-size:1.6em}
 img.chart{max-width:100%;border:1px solid #d0d7de}
 td.id code{white-space:normal;overflow-wrap:normal}
 table.behaviours,table.todo{table-layout:fixed}
-.diff,tr.case,h2,h3{scroll-margin-top:4em}
+[id]{scroll-margin-top:calc(var(--bar-height,4em) + .5em)}
+span.where:not(.filtered)~span.where:not(.filtered)::before{content:", "}
+.no-match{color:#57606a;font-style:italic}
+.unforced{color:#fff;background:#9a6700;border-radius:6px;padding:0 .3em;font-size:.85em}
 .badge{color:#fff;border-radius:6px;padding:0 .3em;margin-right:.2em}
 .badge.pass{background:#1a7f37}.badge.fail{background:#cf222e}.badge.error{background:#8250df}
 """
@@ -70,10 +73,21 @@ SCRIPT = """
     document.querySelectorAll('section.feature').forEach(function (s) {
       s.classList.toggle('filtered', !s.querySelector('tr.case:not(.filtered)'));
     });
-    document.querySelectorAll('table.todo').forEach(function (t) {
-      t.classList.toggle('filtered', !t.querySelector('tr[data-state]:not(.filtered)'));
+    // A to-do row is shown with the cases of it that match; a row, or its "more", with none is hidden.
+    document.querySelectorAll('table.todo tbody tr, table.todo details.more').forEach(function (el) {
+      el.classList.toggle('filtered', !el.querySelector('span.where:not(.filtered)'));
     });
+    document.querySelectorAll('section.todo').forEach(function (s) {
+      s.classList.toggle('filtered', !s.querySelector('table.todo tbody tr:not(.filtered)'));
+    });
+    var todoNone = document.getElementById('todo-none');
+    if (todoNone) todoNone.hidden = !!document.querySelector('section.todo:not(.filtered)');
+    document.getElementById('rows-none').hidden = shown > 0;
     document.getElementById('shown').textContent = shown + ' of ' + total + ' behaviour rows shown';
+  }
+  function fitBar() {  // anchored rows scroll to just below the sticky filter bar, however high it wraps
+    var bar = document.getElementById('filters');
+    document.documentElement.style.setProperty('--bar-height', bar.offsetHeight + 'px');
   }
   function expand(row, open) {
     var detail = row.nextElementSibling, button = row.querySelector('button.toggle');
@@ -110,7 +124,9 @@ SCRIPT = """
   outcome.addEventListener('change', apply);
   feature.addEventListener('change', apply);
   window.addEventListener('hashchange', openFragment);
+  window.addEventListener('resize', fitBar);
   apply();
+  fitBar();
   openFragment();
   document.body.setAttribute('data-ready', 'yes');
 })();
@@ -190,36 +206,46 @@ def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str], left_ou
             continue
         state = "acknowledged" if acknowledged else "unacknowledged"
         rows = "".join(
-            f"<tr {_attrs(state, item.features)}><td>{h(item.title)}</td><td>{_where(item, left_out)}</td>"
-            f"<td>{_example(item)}</td><td>{segments(item.action)}</td></tr>"
+            f"<tr><td>{h(item.title)}</td><td>{_where(item, state, left_out)}</td>"
+            f"<td>{_example(item, labels)}</td><td>{segments(item.action)}</td></tr>"
             for item in chosen
         )
         parts.append(
+            "<section class='todo'>"
             f"<h3 class='state-{state}'>{h(actions.to_do_heading(title, chosen))}</h3><p class='note'>{note}</p>"
             "<table class='todo'><thead><tr><th style='width:12%'>difference</th><th style='width:26%'>where</th>"
             f"<th style='width:24%'>what changed</th><th>client action</th></tr></thead><tbody>{rows}</tbody></table>"
+            "</section>"
         )
+    parts.append("<p id='todo-none' class='no-match' hidden>No rows match this filter.</p>")
     return "".join(parts)
 
 
-def _where(item: actions.ToDo, left_out: Collection[str]) -> str:
+def _where(item: actions.ToDo, state: str, left_out: Collection[str]) -> str:
+    """The cases of a to-do item, each with its features, so that the page's filter shows only those that match."""
+    features: dict[str, dict[str, None]] = {}
+    for row in item.rows:
+        features.setdefault(row.case_id, {}).update(dict.fromkeys(row.features))
+
     def link(case_id: str, modes: str, anchor: str) -> str:
-        if case_id in left_out:  # no row on the page to link to
-            return f"{c(case_id)} ({h(modes)})"
-        return f"<a href='#{anchor}'>{c(case_id)}</a> ({h(modes)})"
+        target = c(case_id) if case_id in left_out else f"<a href='#{anchor}'>{c(case_id)}</a>"  # no row to link to
+        return f"<span class='where' {_attrs(state, list(features[case_id]))}>{target} ({h(modes)})</span>"
 
     cases = item.where()
-    links = ", ".join(link(*case) for case in cases[: actions.MAX_ROWS_LISTED])
+    links = "".join(link(*case) for case in cases[: actions.MAX_ROWS_LISTED])
     hidden = cases[actions.MAX_ROWS_LISTED:]
     if hidden:
-        rest = ", ".join(link(*case) for case in hidden)
+        rest = "".join(link(*case) for case in hidden)
         links += f" <details class='more'><summary>and {len(hidden)} more</summary>{rest}</details>"
     return links
 
 
-def _example(item: actions.ToDo) -> str:
+def _example(item: actions.ToDo, labels: Mapping[str, str]) -> str:
     group, member = item.entries[0]
     example = h(view.plain(member.get("summary") or group.title, 300))
+    unforced = view.unforced_sides(member)
+    if unforced:
+        example += f" (<span class='unforced'>unforced</span> answer under {', '.join(c(labels[s]) for s in unforced)})"
     return f"e.g. {c(group.case_id)}: {example}" if len(item.rows) > 1 else example
 
 
@@ -235,7 +261,13 @@ def _difference(group: DifferenceGroup, labels: Mapping[str, str], in_full: bool
     for found in view.group_excerpts(group):
         if found["request"] is not None:
             shared.append(("Request", c(found["request"])))
-        shared += [(f"{c(labels[side])} answered", c(found[side])) for side in view.SIDES if found[side] is not None]
+        for side in view.SIDES:
+            if found[side] is not None:
+                reason = view.unforced_reason(group.members[0], side)
+                mark = (f" <span class='unforced' title='{h(view.UNFORCED_MEANING)}'>unforced</span>"
+                        if reason else "")
+                note = f"<br><span class='note'>{h(reason)}</span>" if reason else ""
+                shared.append((f"{c(labels[side])} answered{mark}", c(found[side]) + note))
     items = [_definitions(shared)] if shared else []
     for member in group.members:
         base, cand = view.difference_values(member)
@@ -260,7 +292,9 @@ def _definitions(rows: Sequence[tuple[str, str]], css: str = "") -> str:
 def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labels: Mapping[str, str],
                 full: Collection[str], left_out: Collection[str]) -> str:
     parts = ["<h2 id='behaviours'>Behaviours by feature</h2><p class='note'>One row per case (both modes folded), "
-             "under its first feature; <b>show</b> opens a changed row's requests, answers and client actions.</p>"]
+             "under its first feature; <b>show</b> opens a changed row's requests, answers and client actions. "
+             f"An answer marked <span class='unforced'>unforced</span> is {h(view.UNFORCED_MEANING)}.</p>"]
+    parts.append("<p id='rows-none' class='no-match' hidden>No rows match this filter.</p>")
     if len(full) < len(groups):
         parts.append(_size_cap(groups, full, left_out))
     used_ids: set[str] = set()
@@ -280,8 +314,8 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
             toggle = "<button class='toggle' aria-expanded='false'>▸ show</button>" if case_groups else ""
             body.append(
                 f"<tr id='{row_id}' class='case' {_attrs(state, behaviour.get('features') or [])}>"
-                f"<td class='id'>{toggle}{c(case_id)}</td><td>{c(view.plain(behaviour.get('baseline') or ''))}</td>"
-                f"<td>{c(view.plain(behaviour.get('candidate') or ''))}</td>"
+                f"<td class='id'>{toggle}{c(case_id)}</td>"
+                + "".join(f"<td>{_answer_cell(behaviour, side)}</td>" for side in view.SIDES) +
                 f"<td class='state-{state}'>{ROW_MARKS[state]}</td></tr>"
             )
             if case_groups:
@@ -302,6 +336,14 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
         parts.append("<h3>Differences of cases without a behaviour row</h3>"
                      + "".join(f"<p>{c(g.case_id)}</p>{_difference(g, labels, g.anchor in full)}" for g in orphans))
     return "".join(parts)
+
+
+def _answer_cell(behaviour: Mapping[str, Any], side: view.Side) -> str:
+    modes = view.unforced_modes(behaviour, side)
+    answer = c(view.plain(behaviour.get(side) or ""))
+    if not modes:
+        return answer
+    return f"<span class='unforced' title='{h(view.UNFORCED_MEANING)}'>unforced ({h(modes)})</span> {answer}"
 
 
 def _size_cap(groups: Sequence[DifferenceGroup], full: Collection[str], left_out: Collection[str]) -> str:
@@ -329,12 +371,18 @@ def _stale(gate: Mapping[str, Any]) -> str:
 
 
 def _timing(gate: Mapping[str, Any], labels: Mapping[str, str], chart_png: bytes | None) -> str:
-    parts = [f"<h2 id='timing'>Timing (streaming)</h2><p>{segments(view.timing_sentence(gate))}</p>"]
+    sides = ["", _side_header(labels, "baseline"), _side_header(labels, "candidate")]
+    parts = [f"<h2 id='timing'>Timing (streaming)</h2><p id='timing-structure'>{segments(view.structure_sentence(gate))}</p>"]
+    structure = view.tool_name_line_rows(gate)
+    if structure:
+        parts.append("<p class='note'>Data lines, median / p90 / max over those streams.</p>")
+        parts.append(_table(sides, [[h(m), h(b), h(cand)] for m, b, cand in structure]))
+    parts.append(f"<p id='timing-caveat'>{segments(view.timing_caveat(gate))}</p>"
+                 f"<p>{segments(view.timing_sentence(gate))}</p>")
     rows = view.timing_rows(gate)
     if rows:
         parts.append("<p class='note'>Seconds since the request started, median / p90 / max over the streamed case runs.</p>")
-        parts.append(_table(["moment", _side_header(labels, "baseline"), _side_header(labels, "candidate")],
-                            [[h(m), h(b), h(cand)] for m, b, cand in rows]))
+        parts.append(_table(["moment", *sides[1:]], [[h(m), h(b), h(cand)] for m, b, cand in rows]))
     if chart_png:
         data = base64.b64encode(chart_png).decode("ascii")
         parts.append(f"<img id='timing-chart' class='chart' alt='Timing of both servers per streaming moment, and the "

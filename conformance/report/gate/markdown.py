@@ -46,7 +46,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], more: str = "ro
     return lines
 
 
-def _head(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
+def _verdict(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
     icon, outcome, line = view.verdict(gate)
     exit_code = (gate.get("verdict") or {}).get("exit_code")
     return [
@@ -56,8 +56,15 @@ def _head(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
         f"{code(str(exit_code))}. {segments(view.expectations_sentence(gate))}", "",
         "For each case the suite sent the same request to both servers, streaming and not, and compared what a "
         "client receives. Every difference below says what a client must do about it. Unacknowledged "
-        "differences fail the gate until they are fixed or acknowledged in the expectations file. The same "
-        "content with filters is in `report.html`; the full record is `gate.json`.", "",
+        "differences fail the gate until they are fixed or acknowledged in the expectations file.",
+    ]
+
+
+def _head(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
+    lines = _verdict(gate, labels)
+    lines[-1] += " The same content with filters is in `report.html`; the full record is `gate.json`."
+    return [
+        *lines, "",
         "## Servers compared", "",
         *_table(["", f"baseline {code(labels['baseline'], True)}", f"candidate {code(labels['candidate'], True)}"],
                 [[text(label), code(b, True), code(c, True)] for label, b, c in view.stamp_rows(gate)]),
@@ -75,20 +82,29 @@ def _to_do(groups: Sequence[DifferenceGroup], labels: Mapping[str, str]) -> list
         if chosen:
             lines += [f"### {actions.to_do_heading(title, chosen)}", "", note, ""]
             lines += _table(["difference", "where", "what changed", "client action"],
-                            [_to_do_row(item) for item in chosen], more="things to do") + [""]
+                            [_to_do_row(item, labels) for item in chosen], more="things to do") + [""]
     return lines
 
 
-def _to_do_row(item: actions.ToDo) -> list[str]:
+def _to_do_row(item: actions.ToDo, labels: Mapping[str, str]) -> list[str]:
     cases = item.where()
     where = ", ".join(f"{code(case_id, True)} ({text(modes)})" for case_id, modes, _ in cases[: actions.MAX_ROWS_LISTED])
     if len(cases) > actions.MAX_ROWS_LISTED:
         where += f" and {len(cases) - actions.MAX_ROWS_LISTED} more"
     group, member = item.entries[0]
     example = text(view.plain(member.get("summary") or group.title, 300))
+    unforced = view.unforced_sides(member)
+    if unforced:
+        example += f" (unforced answer under {', '.join(code(labels[side], True) for side in unforced)})"
     if len(item.rows) > 1:
         example = f"e.g. {code(group.case_id, True)}: {example}"
     return [text(item.title), where, example, segments(item.action, True)]
+
+
+def _answer_cell(behaviour: Mapping[str, Any], side: view.Side) -> str:
+    modes = view.unforced_modes(behaviour, side)
+    answer = code(view.plain(behaviour.get(side) or ""), True)
+    return f"**unforced** ({text(modes)}) {answer}" if modes else answer
 
 
 def _difference_details(group: DifferenceGroup, labels: Mapping[str, str]) -> list[str]:
@@ -97,8 +113,11 @@ def _difference_details(group: DifferenceGroup, labels: Mapping[str, str]) -> li
     for found in view.group_excerpts(group):
         if found["request"] is not None:
             lines.append(f"- **Request** (the fields that matter): {code(found['request'])}")
-        lines += [f"- **{code(labels[side])} answered**: {code(found[side])}" for side in view.SIDES
-                  if found[side] is not None]
+        for side in view.SIDES:
+            if found[side] is not None:
+                reason = view.unforced_reason(group.members[0], side)
+                mark = f" (**unforced**: {text(reason)})" if reason else ""
+                lines.append(f"- **{code(labels[side])} answered**{mark}: {code(found[side])}")
     for member in group.members:
         base, cand = view.difference_values(member)
         field, summary = view.what_differs(member)
@@ -119,15 +138,15 @@ def _behaviours(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labe
     tables alone, then nothing."""
     lines = ["", "## Behaviours by feature", "",
              "One row per case (both modes folded), under its first feature. Each changed row is followed by the "
-             "request, both servers' answers and the client action.", ""]
+             f"request, both servers' answers and the client action. An answer marked **unforced** is "
+             f"{text(view.UNFORCED_MEANING)}.", ""]
     used, cut = 0, 0
     by_case = view.groups_by_case(groups)
     for feature, rows in view.behaviours_by_feature(gate).items():
         table = [f"### {text(feature)}", ""] + _table(
             ["case", f"{code(labels['baseline'], True)} (baseline)", f"{code(labels['candidate'], True)} (candidate)",
              "changed?"],
-            [[code(str(b.get("case_id")), True), code(view.plain(b.get("baseline") or ""), True),
-              code(view.plain(b.get("candidate") or ""), True),
+            [[code(str(b.get("case_id")), True), *(_answer_cell(b, side) for side in view.SIDES),
               ROW_MARKS[view.row_state(b, by_case.get(str(b.get("case_id")), []))]] for b in rows],
         ) + [""]
         details = []
@@ -177,13 +196,17 @@ def _stale(gate: Mapping[str, Any]) -> list[str]:
 
 
 def _timing(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
-    lines = ["", "## Timing (streaming)", "", segments(view.timing_sentence(gate)), ""]
+    sides = [f"{code(labels['baseline'], True)} (baseline)", f"{code(labels['candidate'], True)} (candidate)"]
+    lines = ["", "## Timing (streaming)", "", segments(view.structure_sentence(gate)), ""]
+    structure = view.tool_name_line_rows(gate)
+    if structure:
+        lines += ["Data lines, median / p90 / max over those streams:", ""]
+        lines += _table(["", *sides], [[text(m), text(b), text(c)] for m, b, c in structure]) + [""]
+    lines += [segments(view.timing_caveat(gate)), "", segments(view.timing_sentence(gate)), ""]
     rows = view.timing_rows(gate)
     if rows:
         lines += ["Seconds since the request started, median / p90 / max over the streamed case runs:", ""]
-        lines += _table(["moment", f"{code(labels['baseline'], True)} (baseline)",
-                         f"{code(labels['candidate'], True)} (candidate)"],
-                        [[text(m), text(b), text(c)] for m, b, c in rows])
+        lines += _table(["moment", *sides], [[text(m), text(b), text(c)] for m, b, c in rows])
     return lines + ["", "Chart of both distributions: [`timing.png`](timing.png) (next to this report)."]
 
 
@@ -218,18 +241,30 @@ MAX_SUMMARY_ROWS = 50  # unacknowledged differences listed in the step summary; 
 
 
 def render_summary(gate: Mapping[str, Any]) -> str:
-    """The job summary of a CI step (`summary.md`, for $GITHUB_STEP_SUMMARY): the verdict, the servers, what
-    clients must change and every unacknowledged difference; acknowledged detail stays in report.md,
-    report.html and gate.json (a passing gate's whole report ran to thousands of lines there)."""
+    """The job summary of a CI step (`summary.md`, for $GITHUB_STEP_SUMMARY): the verdict, what clients must
+    change and every unacknowledged difference, then where the rest is; acknowledged detail, the servers'
+    stamps, timing and browser access stay in report.html, report.md and gate.json (a passing gate's whole
+    report ran to thousands of lines there)."""
     labels = view.labels(gate)
     groups = view.difference_groups(gate)
     open_groups = [group for group in groups if not group.acknowledged]
-    lines = _head(gate, labels) + _to_do(groups, labels) + ["", f"## Unacknowledged differences ({len(open_groups)})", ""]
+    lines = _verdict(gate, labels) + _to_do(groups, labels)
+    lines += ["", f"## Unacknowledged differences ({len(open_groups)})", ""]
     if not open_groups:
         lines.append("None: every difference is acknowledged by the expectations file.")
     for group in open_groups[:MAX_SUMMARY_ROWS]:
         lines.append(f"- {code(group.case_id)} {text(group.mode)}, {text(group.title)}: {text(group.summary)}")
     if len(open_groups) > MAX_SUMMARY_ROWS:
-        lines.append(f"- and {len(open_groups) - MAX_SUMMARY_ROWS} more: see `report.md`")
-    lines += ["", "Every difference, acknowledged or not, with its evidence: `report.md`, `report.html` and `gate.json`."]
+        lines.append(f"- and {len(open_groups) - MAX_SUMMARY_ROWS} more: see `report.html` "
+                     "(`report.html?outcome=unacknowledged`) or `report.md`")
+    acknowledged = sum(len(group.members) for group in groups if group.acknowledged)
+    lines += ["", "## Not in this summary", "",
+              f"The {acknowledged} acknowledged difference(s) in detail (each one's request, both answers and the "
+              "expectation that acknowledges it), the servers compared, the timing and browser access are in the "
+              "gate's output directory, next to this summary:",
+              "- `report.html`: set the **Outcome** filter to `acknowledged` (or open "
+              "`report.html?outcome=acknowledged`); a row's **show** opens its differences;",
+              "- `gate.json`: `differences`, each with its `acknowledged` entry (`null`: not acknowledged), "
+              "`behaviours`, `timing`, `cors`;",
+              "- `report.md`: the whole report as Markdown."]
     return "\n".join(lines) + "\n"

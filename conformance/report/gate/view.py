@@ -243,6 +243,28 @@ def group_excerpts(group: DifferenceGroup) -> list[dict[str, str | None]]:
     return [e for i, e in enumerate(found) if e not in found[:i] and any(v is not None for v in e.values())]
 
 
+UNFORCED_MEANING = ("the model's own output, not the forced text (the server replaced the forcing, e.g. with its own "
+                    "grammar), so not what its parser makes of the case's output")
+
+
+def unforced_modes(behaviour: Mapping[str, Any], side: Side) -> str | None:
+    """`stream`, `non-stream` or `both modes` when that side's answer to the case was not the forced text."""
+    modes = (behaviour.get("unforced") or {}).get(side) or []
+    if not modes:
+        return None
+    return "both modes" if len(set(modes)) > 1 else str(modes[0])
+
+
+def unforced_reason(member: Mapping[str, Any], side: Side) -> str | None:
+    """Why that side's answer in this difference's case and mode was not the forced text (None: it was)."""
+    reason = ((member.get("excerpt") or {}).get("unforced") or {}).get(side)
+    return plain(reason, 300) if reason else None
+
+
+def unforced_sides(member: Mapping[str, Any]) -> list[Side]:
+    return [side for side in SIDES if unforced_reason(member, side)]
+
+
 def acknowledgement(member: Mapping[str, Any]) -> dict[str, str] | None:
     ack = member.get("acknowledged")
     if not ack:
@@ -297,6 +319,72 @@ def timing_sentence(gate: Mapping[str, Any]) -> Segments:
             f" at the median of {delay['n']} streamed case runs", *([" (", ", ".join(figures), ")"] if figures else []),
             ".", *([" A client that shows the tool being called as soon as its name streams shows it that much later "
                     "in those runs."] if later else [])]
+
+
+def _lines_text(stats: Any) -> str:
+    if not isinstance(stats, Mapping) or not stats.get("n"):
+        return "not seen"
+    return f"{stats.get('p50'):g} / {stats.get('p90'):g} / {stats.get('max'):g} (n={stats['n']})"
+
+
+def _tool_name_lines(gate: Mapping[str, Any]) -> Mapping[str, Any]:
+    found = ((gate.get("timing") or {}).get("summary") or {}).get("tool_name_lines")
+    return found if isinstance(found, Mapping) else {}
+
+
+def tool_name_line_rows(gate: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(what, baseline, candidate) median / p90 / max: the data line the first tool name appears in, and
+    the stream's length in data lines, over the streams where both sides showed a tool name."""
+    lines = _tool_name_lines(gate)
+    if not lines:
+        return []
+    return [(what, *(_lines_text((lines.get(side) or {}).get(key)) for side in SIDES))
+            for what, key in (("data line of the first tool name", "first_tool_name"),
+                              ("data lines in the stream", "data_lines"))]
+
+
+def _median(stats: Any) -> float | None:
+    ok = isinstance(stats, Mapping) and stats.get("n") and isinstance(stats.get("p50"), (int, float))
+    return float(stats["p50"]) if ok else None
+
+
+def structure_sentence(gate: Mapping[str, Any]) -> Segments:
+    """Where each server's first tool name appears in its stream (the structure, which no machine's load
+    changes), and how many data lines later under the candidate."""
+    side_labels, lines = labels(gate), _tool_name_lines(gate)
+    at = {side: (_median((lines.get(side) or {}).get("first_tool_name")),
+                 _median((lines.get(side) or {}).get("data_lines"))) for side in SIDES}
+    if any(line is None or length is None for line, length in at.values()):
+        return ["No streamed case showed a tool name under both servers (or this gate.json predates the count), so "
+                "where the name first appears was not compared."]
+    n = (lines.get("baseline") or {}).get("first_tool_name", {}).get("n")
+    where = [part for side in SIDES for part in (
+        " at data line ", f"{at[side][0]:g} of {at[side][1]:g} under ", Code(side_labels[side]),
+        " and" if side == "baseline" else " (medians)")]
+    delay = _median(((gate.get("timing") or {}).get("summary") or {}).get("first_tool_name_line_delay"))
+    shift = ([": ", f"{abs(delay):g} data lines {'later' if delay > 0 else 'earlier'} under ",
+              Code(side_labels["candidate"]), " at the median of the per-case differences"] if delay else
+             [": in the same data line at the median of the per-case differences"] if delay == 0 else [])
+    return ["Structure (how each server cuts its stream, the same on any machine): in the ", str(n),
+            " streamed case runs where both servers showed a tool name, it first appears", *where, *shift,
+            ". Each data line carries about one token, so with a real model the name appears that many tokens' "
+            "generation time later."]
+
+
+def timing_caveat(gate: Mapping[str, Any]) -> Segments:
+    """What the seconds can and cannot show, and whether they contradict the structure here."""
+    summary = (gate.get("timing") or {}).get("summary") or {}
+    seconds_delay, lines_delay = _median(summary.get("first_tool_name_delay")), _median(summary.get("first_tool_name_line_delay"))
+    caveat: Segments = [
+        "The timings below are wall-clock arrival times of these requests on the machine that ran the gate. With "
+        "forced outputs of a few dozen tokens on a small checkpoint, and often a shared CPU, a token takes about as "
+        "long as the scheduling noise: the seconds can show a stall or a server slower throughout, not how much later "
+        "a real model's tool name appears (that is the structure above)."]
+    if seconds_delay is not None and lines_delay and round(seconds_delay * 1000) * lines_delay <= 0:
+        caveat += [" Here they contradict it: the name appears ", delay_phrase(seconds_delay), " by the clock but ",
+                   f"{abs(lines_delay):g} data lines {'later' if lines_delay > 0 else 'earlier'} in the stream; "
+                   "the seconds measured noise."]
+    return caveat
 
 
 # ---- browser clients (CORS) --------------------------------------------------------------------
