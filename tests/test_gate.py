@@ -331,7 +331,8 @@ def cases_dir(tmp_path_factory) -> Path:
 def _gate_args(one, other, cases_dir, out, *extra):
     return ["gate", "--baseline", one.base_url, "--baseline-model", "fake", "--baseline-profile", "legacy",
             "--candidate", other.base_url, "--candidate-model", "fake", "--candidate-profile", "hf",
-            "--cases", str(cases_dir), "--out", str(out), "--forcing", "trust", *extra]
+            "--cases", str(cases_dir), "--out", str(out), "--forcing", "trust", *extra,
+            *([] if "--granularities" in extra else ["--granularities", "none"])]  # tests about granularity say so
 
 
 def test_gate_between_two_servers_by_url_records_both_sides_and_the_cors_answer(cases_dir, tmp_path, capsys):
