@@ -136,6 +136,8 @@ def _run(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
                                 f"{', '.join(launchable_profiles())}")
     if args.out == Path("-"):
         return _usage_error("--out is the directory for the run's files; `-` (standard output) cannot hold them")
+    if args.natural:  # natural outputs differ between requests: no stream to compare a granular one with
+        args.granularities = ()
     if args.repeat < 1 or args.concurrency < 1 or args.max_line_bytes < 1:
         return _usage_error("--repeat, --concurrency and --max-line-bytes must be at least 1")
     try:

@@ -23,6 +23,7 @@ from conformance.report.gate.view import (
     Side,
     code_segments,
     json_text,
+    modes_named,
     shorten,
     unwrapped,
 )
@@ -84,12 +85,12 @@ class ToDo:
         return sorted({f for g in self.rows for f in g.features})
 
     def where(self) -> list[tuple[str, str, str]]:
-        """(case id, `stream` / `non-stream` / `both modes`, anchor of its first row) per case concerned."""
+        """(case id, its modes concerned (`stream`, `non-stream`, `both modes`, or the modes listed when a
+        granular stream is among them), anchor of its first row) per case concerned."""
         by_case: dict[str, list[DifferenceGroup]] = {}
         for row in self.rows:
             by_case.setdefault(row.case_id, []).append(row)
-        return [(case_id, rows[0].mode if len(rows) == 1 else "both modes", rows[0].anchor)
-                for case_id, rows in by_case.items()]
+        return [(case_id, modes_named(row.mode for row in rows), rows[0].anchor) for case_id, rows in by_case.items()]
 
 
 TO_DO_SECTIONS = (
