@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from conformance.record.case_model import Case
+from conformance.record.case_model import DEFAULT_GRANULARITIES, Case
 from conformance.record.transcript import ServerStamp, SseLine, Transcript
+from conformance.run.engine import case_modes
 from conformance.servers.profiles import expectation_for, profile_record
 from conformance.suite.cases import load_suite
 
@@ -58,16 +60,21 @@ def error_transcript(status: int, body: Any, mode: str = "non-stream", profile: 
 STAMP = ServerStamp("http://127.0.0.1:1/v1", "tiny", "hf", "0.32.0")
 
 
-def modes_needing_another_variant(served_variant: str) -> set[tuple[str, str]]:
+def modes_needing_another_variant(served_variant: str,
+                                  granularities: Sequence[str] = DEFAULT_GRANULARITIES) -> set[tuple[str, str]]:
     """(case id, mode) of the shipped cases a run serving `served_variant` does not send: they name another
     checkpoint variant (their results are `skip`, kind other_fixture_variant, always allowed)."""
     return {(case.id, mode) for case in load_suite()
-            if case.fixture_variant not in (None, served_variant) for mode in case.modes}
+            if case.fixture_variant not in (None, served_variant) for mode in case_modes(case, granularities)}
 
 
-def modes_not_sent(profile: str) -> set[tuple[str, str]]:
-    """(case id, mode) of the shipped cases a run of `profile` (on its record's variant) does not send:
-    those needing another variant, and those whose expectation for it is a declared `skip`."""
-    declared = {(case.id, mode) for case in load_suite() for mode in case.modes
+def modes_not_sent(profile: str, granularities: Sequence[str] = DEFAULT_GRANULARITIES) -> set[tuple[str, str]]:
+    """(case id, mode) of the shipped cases a run of `profile` (on its record's variant, forced streams also
+    at `granularities`: by default the gate's) does not send: those needing another variant, those whose
+    expectation for it is a declared `skip`, and granular streams to a server that cannot be asked for them."""
+    record = profile_record(profile)
+    declared = {(case.id, mode) for case in load_suite() for mode in case_modes(case, granularities)
                 if (expected := expectation_for(case, profile)) is not None and expected.skip}
-    return modes_needing_another_variant(profile_record(profile).fixture_variant) | declared
+    not_asked = set() if record.stream_interval_per_request else {
+        (case.id, mode) for case in load_suite() for mode in case_modes(case, granularities) if "@" in mode}
+    return modes_needing_another_variant(record.fixture_variant, granularities) | declared | not_asked

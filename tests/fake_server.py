@@ -20,6 +20,11 @@ real vLLM). The scenario is the content of the request's last user message:
 * `separators`: content with U+0085, U+2028 and U+2029 written unescaped, events ended by CRLF
   and every write cut between the CR and the LF.
 
+A stream asked for several tokens per delta (`stream_interval` N > 1) arrives in N-chunk groups, each
+group's deltas merged into one (the role chunk on its own, as vLLM sends the first token); a server made
+with `splits_badly` then loses the call's first argument fragment when a group holds the call's name and
+it (the speculative-decoding bug reported to vLLM), and so does not reassemble to its one-token stream.
+
 `requests` records every JSON body received, in order; `authorizations` the Authorization header of each.
 As vLLM does, a server made with `api_key` answers 401 `{"error": "Unauthorized"}` to a POST under /v1
 without that bearer key, one made with `models` answers 404 "The model `x` does not exist." for any
@@ -122,8 +127,10 @@ def good_response() -> dict[str, Any]:
 
 class FakeServer:
     def __init__(self, stall_seconds: float = 5.0, api_key: str | None = None,
-                 models: frozenset[str] | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+                 models: frozenset[str] | None = None, host: str = "127.0.0.1", port: int = 0,
+                 splits_badly: bool = False) -> None:
         self.stall_seconds, self.api_key, self.models = stall_seconds, api_key, models
+        self.splits_badly = splits_badly
         self.requests: list[dict[str, Any]] = []
         self.authorizations: list[str | None] = []
         self.preflights: list[tuple[str, dict[str, str]]] = []
@@ -202,7 +209,10 @@ class FakeServer:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
-                for line in server._stream_lines(scenario):
+                interval = body.get("stream_interval") or 1
+                lines = (server._stream_lines(scenario) if interval == 1 or scenario not in ("ok", "ok-incremental")
+                         else server._grouped_lines(scenario, interval))
+                for line in lines:
                     if line is None or isinstance(line, float):
                         time.sleep(server.stall_seconds if line is None else line)
                         continue
@@ -227,6 +237,25 @@ class FakeServer:
     @staticmethod
     def _event(payload: Any) -> bytes:
         return b"data: " + (payload if isinstance(payload, bytes) else json.dumps(payload).encode()) + b"\n\n"
+
+    def _grouped_lines(self, scenario: str, interval: int) -> Iterator[bytes]:
+        """The `ok` stream at `interval` chunks per delta (see the module docstring)."""
+        first, *rest = good_stream(incremental=scenario == "ok-incremental")
+        yield self._event(first)
+        for start in range(0, len(rest), interval):
+            group = rest[start:start + interval]
+            calls = [call for c in group for call in c["choices"][0]["delta"].get("tool_calls", [])]
+            if self.splits_badly and len(calls) > 1 and "name" in calls[0]["function"]:
+                del calls[1]
+            delta: dict[str, Any] = {}
+            for c in group:
+                for key, value in c["choices"][0]["delta"].items():
+                    if key != "tool_calls":
+                        delta[key] = delta.get(key, "") + value
+            if calls:
+                delta["tool_calls"] = calls
+            yield self._event(chunk(delta, group[-1]["choices"][0]["finish_reason"]))
+        yield b"data: [DONE]\n\n"
 
     def _stream_lines(self, scenario: str) -> Iterator[bytes | float | None]:
         """The bytes to send, in order; None means: stall; a number: pause that many seconds."""

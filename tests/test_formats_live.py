@@ -44,12 +44,19 @@ def _judged_as_the_format_means(form: str, live: tuple[int, dict, Path], tmp_pat
     assert len(expressible) >= len(turns) - 1  # Gemma 4: transformers cannot parse a call cut at its own closer
     for profile, side in (("legacy", "baseline"), ("hf", "candidate")):
         results = _results(out / side)
-        declared = {(d.case, mode) for d in record.deviations if d.profile == profile for mode in d.modes}
+        granular = {result["mode"] for result in results if "@" in result["mode"]}  # the gate's granularities
+        assert granular == {"stream@3", "stream@whole"}
+        # a deviation of the stream holds at every granularity (the stream's expectation applies there)
+        declared = {(d.case, mode) for d in record.deviations if d.profile == profile
+                    for mode in (*d.modes, *(granular if "stream" in d.modes else ()))}
+        stream_bugs = {(bug.case, mode) for bug in record.stream_bugs if bug.profile == profile for mode in bug.modes}
         for result in results:
             if result["case_id"] not in turns:  # written in the tiny checkpoint's format: skipped as such
                 assert result["outcome"] == "skip" and result["skip_kind"] == "other_format", result
             elif result["case_id"] not in expressible:  # a turn the format cannot express: a skip saying why
                 assert result["outcome"] == "skip" and "format cannot express this turn" in result["reason"], result
+            elif (result["case_id"], result["mode"]) in stream_bugs:  # its failures are the declared bug's findings
+                assert result["outcome"] == "pass" and any(c["name"] == "known_stream_bug" for c in result["checks"])
             elif (result["case_id"], result["mode"]) not in declared:
                 assert result["outcome"] == "pass", (profile, result["case_id"], result["mode"], result["checks"])
             else:  # the declared bug's answer is expected; the contract checks it breaks still fail
@@ -58,6 +65,9 @@ def _judged_as_the_format_means(form: str, live: tuple[int, dict, Path], tmp_pat
         shown = {(r["case_id"], r["mode"]) for r in results
                  for check in r["checks"] if check["name"] == "known_deviation"}
         assert shown == declared  # each declared bug still happens, reported as one, and nothing else is one
+        split = {(r["case_id"], r["mode"]) for r in results
+                 for check in r["checks"] if check["name"] == "split_invariance" and check["outcome"] == "fail"}
+        assert split == stream_bugs  # likewise at several tokens per delta
 
 
 @pytest.fixture(scope="module")

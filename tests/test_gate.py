@@ -107,7 +107,17 @@ def every_kind() -> tuple[Recording, Recording]:
     base_results[8] = result("replay", "stream", checks=[replay_fail])
     cand_results[8] = result("replay", "stream", checks=[Check("client_replay", "pass", "finding")])
     cand_results[9] = result("broken", "non-stream", "fail")
+    # at 3 tokens per delta the candidate's stream no longer adds up to its one-token stream's message
+    for transcripts, results, outcome in ((base, base_results, "pass"), (cand, cand_results, "fail")):
+        transcripts.append(granular(named(stream_transcript(whole_stream()), "split"), "stream@3"))
+        results.append(result("split", "stream@3", outcome, features=("tool_call", "stream_granularity"),
+                              checks=[Check("split_invariance", outcome, reason="stream@3: ... first divergent chunk: 3")]))
     return recording("legacy", base, base_results), recording("hf", cand, cand_results)
+
+
+def granular(transcript, mode: str):
+    transcript.mode = mode
+    return transcript
 
 
 def test_every_difference_kind_is_classified_with_both_values(every_kind):
@@ -123,6 +133,8 @@ def test_every_difference_kind_is_classified_with_both_values(every_kind):
         ("usage", "non-stream", "usage", "usage.completion_tokens_details.reasoning_tokens"),
         ("replay", "stream", "client_replay", "client_replay"),
         ("broken", "non-stream", "outcome", None),
+        ("split", "stream@3", "stream_granularity", "split_invariance"),
+        ("split", "stream@3", "outcome", None),
     }
     assert {d["kind"] for d in gate["differences"]} == set(DIFFERENCE_KINDS)
     by_case = {(d["case_id"], d["field"]): d for d in gate["differences"]}
@@ -135,8 +147,11 @@ def test_every_difference_kind_is_classified_with_both_values(every_kind):
     assert by_case[("fragments", "tool_call_deltas")]["baseline"] == [4]
     assert by_case[("fragments", "tool_call_deltas")]["candidate"] == [1]
     assert by_case[("broken", None)]["baseline"] == "pass" and by_case[("broken", None)]["candidate"] == "fail"
-    assert all(d["features"] == ["tool_call"] and d["description"] for d in gate["differences"])
-    assert gate["verdict"]["exit_code"] == 1 and gate["verdict"]["unacknowledged"] == 10
+    assert all(d["features"][0] == "tool_call" and d["description"] for d in gate["differences"])
+    split = by_case[("split", "split_invariance")]
+    assert split["baseline"]["outcome"] == "pass" and split["candidate"]["outcome"] == "fail"
+    assert "first divergent chunk: 3" in split["summary"]
+    assert gate["verdict"]["exit_code"] == 1 and gate["verdict"]["unacknowledged"] == 12
 
 
 def test_identical_recordings_pass_and_a_case_without_difference_is_a_row_unchanged(every_kind):
@@ -162,6 +177,7 @@ acknowledge:
   - {case: usage, kind: usage, field: "usage.*reasoning_tokens", reason: reasoning tokens are not counted}
   - {case: replay, kind: client_replay, reason: the SDK copes with hf streams}
   - {case: broken, kind: outcome, reason: an outcome cannot be acknowledged away}
+  - {feature: stream_granularity, kind: stream_granularity, reason: the candidate breaks at 3 tokens per delta}
 """
 
 
@@ -191,27 +207,31 @@ def test_acknowledged_differences_pass_but_a_newly_failing_case_never_does(every
     entries = load_expectations(write(tmp_path, EXPECT_ALL))
     gate = build_gate(*every_kind, entries)
     unacknowledged = [d for d in gate["differences"] if d["acknowledged"] is None]
-    assert [(d["case_id"], d["kind"]) for d in unacknowledged] == [("broken", "outcome")]
-    assert gate["verdict"] | {"line": ""} == {"exit_code": 1, "outcome": "fail", "line": "", "unacknowledged": 1,
-                                              "acknowledged": 9, "stale": 0, "newly_failing": 1, "compared": 10}
+    assert [(d["case_id"], d["kind"]) for d in unacknowledged] == [("broken", "outcome"), ("split", "outcome")]
+    assert gate["verdict"] | {"line": ""} == {"exit_code": 1, "outcome": "fail", "line": "", "unacknowledged": 2,
+                                              "acknowledged": 10, "stale": 0, "newly_failing": 2, "compared": 11}
     acknowledged = next(d for d in gate["differences"] if d["case_id"] == "cast")["acknowledged"]
     assert acknowledged == {"reason": "schema casting of strings", "source": "expect.yaml:4"}
-    fixed = Recording("hf", every_kind[1].transcripts, [r if r.case_id != "broken" else result("broken", "non-stream")
+    fixed = Recording("hf", every_kind[1].transcripts, [r if r.case_id not in ("broken", "split") else
+                                                        result(r.case_id, r.mode, checks=every_kind[0].results[-1].checks)
                                                         for r in every_kind[1].results], {})
     assert build_gate(every_kind[0], fixed, entries)["verdict"]["exit_code"] == 0
 
 
 def test_an_acknowledgement_that_no_longer_matches_is_stale_and_fails_only_when_strict(every_kind, tmp_path):
     entries = load_expectations(write(tmp_path, EXPECT_ALL + "  - {case: same, kind: message, reason: it used to differ}\n"))
-    fixed = Recording("hf", every_kind[1].transcripts, [r if r.case_id != "broken" else result("broken", "non-stream")
+    fixed = Recording("hf", every_kind[1].transcripts, [r if r.case_id not in ("broken", "split") else
+                                                        result(r.case_id, r.mode, checks=every_kind[0].results[-1].checks)
                                                         for r in every_kind[1].results], {})
     gate = build_gate(every_kind[0], fixed, entries)
     assert gate["stale"] == [
         {"selector": {"case": ["broken"]}, "kind": "outcome", "reason": "an outcome cannot be acknowledged away",
          "source": "expect.yaml:10"},
-        {"selector": {"case": ["same"]}, "kind": "message", "reason": "it used to differ", "source": "expect.yaml:11"},
+        {"selector": {"feature": ["stream_granularity"]}, "kind": "stream_granularity",
+         "reason": "the candidate breaks at 3 tokens per delta", "source": "expect.yaml:11"},
+        {"selector": {"case": ["same"]}, "kind": "message", "reason": "it used to differ", "source": "expect.yaml:12"},
     ]
-    assert gate["verdict"]["exit_code"] == 0 and gate["verdict"]["stale"] == 2
+    assert gate["verdict"]["exit_code"] == 0 and gate["verdict"]["stale"] == 3
     strict = build_gate(every_kind[0], fixed, entries, strict=True)
     assert strict["verdict"]["exit_code"] == 1 and "--strict" in strict["verdict"]["line"]
 
@@ -311,7 +331,8 @@ def cases_dir(tmp_path_factory) -> Path:
 def _gate_args(one, other, cases_dir, out, *extra):
     return ["gate", "--baseline", one.base_url, "--baseline-model", "fake", "--baseline-profile", "legacy",
             "--candidate", other.base_url, "--candidate-model", "fake", "--candidate-profile", "hf",
-            "--cases", str(cases_dir), "--out", str(out), "--forcing", "trust", *extra]
+            "--cases", str(cases_dir), "--out", str(out), "--forcing", "trust", *extra,
+            *([] if "--granularities" in extra else ["--granularities", "none"])]  # tests about granularity say so
 
 
 def test_gate_between_two_servers_by_url_records_both_sides_and_the_cors_answer(cases_dir, tmp_path, capsys):
@@ -390,3 +411,20 @@ def test_the_default_expectations_are_the_file_shipped_for_the_profile_pair_else
     assert main(["compare", str(tmp_path / "b"), str(tmp_path / "a"), "--out", str(tmp_path / "ba2"), "--strict"]) == 1
     again = json.loads((tmp_path / "ba2" / "gate.json").read_text())
     assert again["expectations"]["file"] == own.name and [s["source"] for s in again["stale"]] == ["expect.yaml:2"]
+
+
+def test_a_granular_stream_shows_only_what_its_one_token_stream_does_not():
+    """The candidate renames the reasoning field at every granularity (shown once, on the one-token
+    stream); at 5 tokens per delta it also drops the call's arguments: only that shows on stream@5."""
+    def side(label: str, reasoning_key: str, broken_at_5: bool) -> Recording:
+        one_token = named(stream_transcript(whole_stream(reasoning_key=reasoning_key)), "case")
+        at_3 = granular(named(stream_transcript(whole_stream(reasoning_key=reasoning_key)), "case"), "stream@3")
+        at_5 = granular(named(stream_transcript(whole_stream("" if broken_at_5 else '{"city": "Paris"}',
+                                                             reasoning_key=reasoning_key)), "case"), "stream@5")
+        return recording(label, [one_token, at_3, at_5])
+
+    gate = build_gate(side("legacy", "reasoning_content", False), side("hf", "reasoning", True))
+    assert kinds_of(gate) == {
+        ("case", "stream", "reasoning_field", "reasoning_field"),
+        ("case", "stream@5", "message", "tool_calls[0].arguments"),
+    }

@@ -171,9 +171,14 @@ def test_default_client_actions_are_worded_from_the_recorded_values():
     assert "never compare the raw string" in action(by_case[("string-values-cast-to-integer", "stream", "message")])
     finish = by_case[("unclosed-call", "stream", "finish_reason")]
     assert action(finish).startswith('handle finish_reason: "length" where legacy sent "tool_calls"')
+    split = {"kind": "stream_granularity", "case_id": "two-calls", "mode": "stream@whole", "field": "split_invariance",
+             "baseline": {"outcome": "pass"}, "candidate": {"outcome": "fail", "reason": "first divergent chunk: 3"}}
     for kind in gate_view.KIND_TITLES:  # every kind has its own advice
-        member = next(d for d in gate["differences"] if d["kind"] == kind)
+        member = next((d for d in gate["differences"] if d["kind"] == kind), split if kind == split["kind"] else None)
+        assert member is not None, kind
         assert not action(member).startswith(gate_actions.NO_ADVICE)
+    assert action(split).startswith("under hf a stream that delivers several tokens per delta")
+    assert action(dict(split, baseline=split["candidate"], candidate=split["baseline"])).startswith("under legacy")
 
 
 def _with_an_unforced_answer(gate: dict) -> dict:

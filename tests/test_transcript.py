@@ -67,7 +67,7 @@ def test_each_record_is_on_disk_before_the_writer_closes(tmp_path):
         (json.dumps({**full_transcript().to_dict(), "request": "x"}) + "\n",
          "t.jsonl:1: not a transcript: field 'request': 'x' is not of type 'object'"),
         (json.dumps({**full_transcript().to_dict(), "mode": "both"}) + "\n",
-         "t.jsonl:1: not a transcript: field 'mode': 'both' is not one of ['non-stream', 'stream']"),
+         "t.jsonl:1: not a transcript: field 'mode': 'both' does not match"),
         (json.dumps({**full_transcript().to_dict(), "sse": [{"data": 1, "t": 0}]}) + "\n",
          "t.jsonl:1: not a transcript: field 'sse[0].data': 1 is not of type 'string'"),
     ],

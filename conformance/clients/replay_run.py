@@ -14,6 +14,7 @@ from conformance.clients.idioms import IDIOMS, run_idioms
 from conformance.clients.jobs import APIS, CLIENT_OF, ClientName, Job, Rebuilt
 from conformance.clients.record import ClientFinding, IdiomFinding
 from conformance.clients.replay_server import Answer, answer_of, running
+from conformance.record.case_model import is_stream
 from conformance.record.transcript import Transcript
 from conformance.record.wire import read_stream, response_message
 
@@ -109,7 +110,7 @@ def judge(transcript: Transcript, api: Any, rebuilt: Rebuilt | str) -> ClientFin
     status = transcript.status or 0
     extra: dict[str, Any] = {"error": rebuilt.error, "finish_reason": rebuilt.finish_reason,
                              "items": rebuilt.items, "first_name_item": rebuilt.first_name_item}
-    if transcript.mode == "stream" and 200 <= status < 300:
+    if is_stream(transcript.mode) and 200 <= status < 300:
         reading = read_stream(transcript)
         extra["server_chunks"] = len(reading.chunks)
         extra["server_first_name_chunk"] = _first_name_chunk(reading.chunks)
@@ -117,7 +118,7 @@ def judge(transcript: Transcript, api: Any, rebuilt: Rebuilt | str) -> ClientFin
     if not 200 <= status < 300:
         outcome, reason = refusal_outcome(transcript.error_body, rebuilt.error)
         return _finding(transcript, api, outcome, reason=reason, rebuilt=rebuilt_view, **extra)
-    server_message = read_stream(transcript).message if transcript.mode == "stream" else response_message(transcript)
+    server_message = read_stream(transcript).message if is_stream(transcript.mode) else response_message(transcript)
     server_view = view(server_message) if server_message is not None else None
     if rebuilt.error is not None:
         return _finding(transcript, api, "raised", reason=rebuilt.error, server=server_view, rebuilt=rebuilt_view, **extra)

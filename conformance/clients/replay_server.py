@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from conformance.record.case_model import is_stream
 from conformance.record.transcript import Transcript
 from conformance.util.json_codec import json_text, parse_json
 
@@ -41,7 +42,7 @@ def answer_of(transcript: Transcript) -> Answer | None:
         return None
     if not 200 <= transcript.status < 300:
         return Answer(transcript.status, "application/json", (body_bytes(transcript.error_body),))
-    if transcript.mode == "stream":
+    if is_stream(transcript.mode):
         pieces = tuple(f"data: {line.data}\n\n".encode("utf-8", "surrogatepass") for line in transcript.sse)
         return Answer(transcript.status, "text/event-stream; charset=utf-8", pieces)
     return Answer(transcript.status, "application/json", (body_bytes(transcript.response),))

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from conformance.record.case_model import GRANULARITIES, WHOLE_OUTPUT
 from conformance.util import exit_codes
 from conformance.util.files import STDOUT, write_atomically
 
@@ -41,6 +42,29 @@ def recorded_files() -> tuple[str, ...]:
     from conformance.record.run_dir import RUN_RECORD_FILES
 
     return (GATE_FILE, *RUN_RECORD_FILES, *(f"{side}/{name}" for side in SIDES for name in RUN_RECORD_FILES))
+
+
+def granularities(text: str) -> tuple[str, ...]:
+    """`--granularities`: `all`, `none`, or a comma-separated list of tokens per delta (integers from 2, `whole`)."""
+    if text == "all":
+        return GRANULARITIES
+    if text == "none":
+        return ()
+    chosen = tuple(part.strip() for part in text.split(","))
+    for part in chosen:
+        if part != WHOLE_OUTPUT and not (part.isdigit() and 2 <= int(part) <= 999_999):
+            raise argparse.ArgumentTypeError(f"{part!r} is not a number of tokens per delta from 2 (nor {WHOLE_OUTPUT})")
+    return tuple(dict.fromkeys(chosen))
+
+
+def add_granularities_argument(parser: argparse.ArgumentParser, default: tuple[str, ...]) -> None:
+    """`--granularities`, as `run` (default: none) and `gate` (default: `DEFAULT_GRANULARITIES`) take it."""
+    parser.add_argument(
+        "--granularities", type=granularities, default=default, metavar="LIST",
+        help="each forced streaming case is also sent asking for several tokens per delta (vLLM's `stream_interval`), "
+             "and must reassemble to its one-token stream: a comma-separated list of tokens per delta (from 2, or "
+             f"`{WHOLE_OUTPUT}`: every token after the first in one delta), `all` ({','.join(GRANULARITIES)}) or `none` "
+             f"(default: {','.join(default) or 'none'}). A server that cannot be asked per request skips them.")
 
 
 def add_json_argument(parser: argparse.ArgumentParser, document: str) -> None:

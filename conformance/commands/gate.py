@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.commands import (
+    add_granularities_argument,
     add_json_argument,
     add_out_arguments,
     add_verb,
@@ -22,6 +23,7 @@ from conformance.commands import (
 )
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.formats.tiny_checkpoint import VARIANTS
+from conformance.record.case_model import DEFAULT_GRANULARITIES
 from conformance.run.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
 from conformance.util import exit_codes
 from conformance.util.files import read_bounded, write_atomically
@@ -90,6 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gate.add_argument("--feature", action="append", default=[], metavar="TAG", help="only cases with this tag (repeatable)")
     gate.add_argument("--origin", default=None, metavar="ORIGIN",
                       help="browser origin of the CORS preflight sent to both sides (default: http://localhost:3000)")
+    add_granularities_argument(gate, default=DEFAULT_GRANULARITIES)
     gate.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
                       help=f"requests in flight per side (default: {DEFAULT_CONCURRENCY})")
     gate.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
@@ -363,7 +366,7 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
         with targets_for(sides, out_dir, api_key="EMPTY", timeout=args.timeout,
                          forcing=forcing_fields(args.forcing), meanwhile=_import_reports) as (runs, release):
             recordings, cors = run_gate_sides(runs, cases, out_dir, concurrency=args.concurrency,
-                                              origin=args.origin or DEFAULT_ORIGIN)
+                                              origin=args.origin or DEFAULT_ORIGIN, granularities=args.granularities)
             release()  # the servers shut down while the reports are written
             write_side_reports(out_dir, recordings)
             gate = build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source)

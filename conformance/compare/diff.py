@@ -14,7 +14,12 @@ would notice, and every difference is classified (`DifferenceKind`) with both si
   deltas, the chunk in which a call's name first appears, role and finish chunks);
 * `usage`: a usage figure differs (e.g. `completion_tokens_details.reasoning_tokens`);
 * `client_replay`: openai-python's own accumulator rebuilds the message on one side and not the other;
+* `stream_granularity`: a stream asked for several tokens per delta (`stream@N`) reassembles to its own
+  one-token stream's message on one side and not on the other (the first divergent chunk named);
 * `outcome`: the case passes on one side and fails, errors or is skipped on the other.
+
+A granular stream's pair reports only what its one-token stream's pair does not already show (the same
+kind, field and values on both sides): what changes with the granularity, not the stream again.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from conformance.record.case_model import is_stream, tokens_per_delta
 from conformance.record.results import CaseResult
 from conformance.record.transcript import Transcript
 from conformance.record.wire import (
@@ -36,12 +42,14 @@ from conformance.record.wire import (
     response_message,
     usage_of,
 )
+from conformance.run.checks.granularity import CHECK_NAME as SPLIT_INVARIANCE
 from conformance.util.json_values import json_equal
 
 DifferenceKind = Literal["request_refused", "request_accepted", "message", "reasoning_field", "finish_reason",
-                         "stream_shape", "usage", "client_replay", "outcome"]
+                         "stream_shape", "usage", "client_replay", "stream_granularity", "outcome"]
 DIFFERENCE_KINDS: tuple[DifferenceKind, ...] = ("request_refused", "request_accepted", "message", "reasoning_field",
-                                                "finish_reason", "stream_shape", "usage", "client_replay", "outcome")
+                                                "finish_reason", "stream_shape", "usage", "client_replay",
+                                                "stream_granularity", "outcome")
 Side = Literal["baseline", "candidate"]
 
 
@@ -100,9 +108,23 @@ def pair_runs(baseline: tuple[Sequence[Transcript], Sequence[CaseResult]],
     return list(pairs.values())
 
 
-def diff_pairs(pairs: Iterable[Pair]) -> list[Difference]:
-    """Every difference of every pair, in pair order."""
-    return [difference for pair in pairs for difference in diff_pair(pair)]
+def diff_by_pair(pairs: Iterable[Pair]) -> list[tuple[Pair, list[Difference]]]:
+    """Every pair with its differences, in pair order; a granular stream's without those its one-token
+    stream already shows."""
+    found = [(pair, diff_pair(pair)) for pair in pairs]
+    one_token = {pair.case_id: {_sameness(d) for d in differences} for pair, differences in found
+                 if pair.mode == "stream"}
+    return [(pair, [d for d in differences if _sameness(d) not in one_token.get(pair.case_id, ())])
+            if tokens_per_delta(pair.mode) is not None else (pair, differences) for pair, differences in found]
+
+
+def _sameness(difference: Difference) -> tuple[str, str | None, str, str]:
+    """What makes two modes' differences the same one: kind, field and both sides' values; for the stream's
+    shape, kind and field (its counts change with the granularity, the way the sides differ does not)."""
+    if difference.kind == "stream_shape":
+        return (difference.kind, difference.field, "", "")
+    return (difference.kind, difference.field, json.dumps(difference.baseline, sort_keys=True, default=str),
+            json.dumps(difference.candidate, sort_keys=True, default=str))
 
 
 def diff_pair(pair: Pair) -> list[Difference]:
@@ -126,6 +148,7 @@ def diff_pair(pair: Pair) -> list[Difference]:
     (base_message, base_reading), (cand_message, cand_reading) = views["baseline"], views["candidate"]
     found += _message_differences(base_message, cand_message, make)
     found += _client_replay_differences(pair, make)
+    found += _granularity_differences(pair, make)
     if base_reading is not None and cand_reading is not None:
         found += _stream_shape_differences(base.endpoint, base_reading, cand_reading, make)
     found += _usage_differences(usage_of(base), usage_of(cand), make)
@@ -143,7 +166,7 @@ def _refusal(transcript: Transcript) -> dict[str, Any] | None:
 
 
 def _view_of(transcript: Transcript) -> tuple[Message, StreamReading | None] | None:
-    if transcript.mode == "stream":
+    if is_stream(transcript.mode):
         reading = read_stream(transcript)
         if reading.invalid_lines or reading.too_deep_lines or reading.stream_error is not None:
             return None
@@ -239,6 +262,24 @@ def _client_replay_differences(pair: Pair, make: Any) -> list[Difference]:
                  {"outcome": cand, "reason": cand_reason},
                  f"openai-python's accumulator: {base} under the baseline, {cand} under the candidate"
                  + (f" ({(cand_reason or base_reason)[:200]})" if cand_reason or base_reason else ""))]
+
+
+def _granularity_differences(pair: Pair, make: Any) -> list[Difference]:
+    """A granular stream that reassembles to its one-token stream on one side only (`split_invariance`)."""
+    if tokens_per_delta(pair.mode) is None:
+        return []
+    checks = {}
+    for side in ("baseline", "candidate"):
+        result = pair.results.get(side)
+        checks[side] = next((c for c in result.checks if c.name == SPLIT_INVARIANCE), None) if result else None
+    base, cand = checks["baseline"], checks["candidate"]
+    if base is None or cand is None or base.outcome == cand.outcome:
+        return []
+    broken = cand if cand.outcome == "fail" else base
+    return [make("stream_granularity", SPLIT_INVARIANCE, {"outcome": base.outcome, "reason": base.reason},
+                 {"outcome": cand.outcome, "reason": cand.reason},
+                 f"at {pair.mode} the stream reassembles to its one-token message: {base.outcome} under the baseline, "
+                 f"{cand.outcome} under the candidate ({broken.reason[:240]})")]
 
 
 def stream_shape(endpoint: str, reading: StreamReading) -> dict[str, Any]:

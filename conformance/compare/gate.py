@@ -16,9 +16,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from conformance import __version__
-from conformance.compare.diff import Difference, Pair, diff_pair, pair_runs, stream_shape
+from conformance.compare.diff import Difference, Pair, diff_by_pair, pair_runs, stream_shape
 from conformance.compare.expectations import Acknowledgement, acknowledge
 from conformance.compare.timing import timing_section
+from conformance.record.case_model import is_stream
 from conformance.record.results import summarize
 from conformance.record.run_dir import Recording
 from conformance.record.transcript import Transcript
@@ -41,7 +42,7 @@ def build_gate(baseline: Recording, candidate: Recording, entries: Sequence[Ackn
     `expectations` says where `entries` come from (`{"file": ..., "note": ...}`); `interrupted` says how
     the live gate was stopped before both sides finished (its verdict is then an error)."""
     pairs = pair_runs((baseline.transcripts, baseline.results), (candidate.transcripts, candidate.results))
-    by_pair = [(pair, diff_pair(pair)) for pair in pairs]
+    by_pair = diff_by_pair(pairs)
     differences = [difference for _, found in by_pair for difference in found]
     matched, stale = acknowledge(differences, entries)
     # A case recorded on one side only was not compared: what differs there can never be acknowledged.
@@ -185,7 +186,7 @@ def answer_summary(transcript: Transcript | None) -> str | None:
         error = error_object(transcript.error_body)
         param = f" param {error.get('param')}" if error.get("param") else ""
         return f"HTTP {transcript.status}{param}: {str(error.get('message') or transcript.error_body)[:160]}"
-    reading = read_stream(transcript) if transcript.mode == "stream" else None
+    reading = read_stream(transcript) if is_stream(transcript.mode) else None
     message = reading.message if reading is not None else response_message(transcript)
     if message is None:
         return f"HTTP {transcript.status}, no message"

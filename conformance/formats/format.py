@@ -45,6 +45,20 @@ class Deviation:
 
 
 @dataclass(frozen=True)
+class StreamBug:
+    """A known bug of profile `profile`'s parsers on this format: its stream of `case` sent at the granular
+    `modes` (`stream@N`) does not reassemble to its one-token stream's message (`reason`, seen at `link`).
+    While the split stays broken the case's failures there are one `known_stream_bug` finding; the day it
+    reassembles, the declaration fails as stale."""
+
+    profile: str
+    case: str
+    modes: tuple[str, ...]
+    reason: str
+    link: str
+
+
+@dataclass(frozen=True)
 class Format:
     name: str
     description: str
@@ -63,6 +77,12 @@ class Format:
     legacy_env: Mapping[str, str] = field(default_factory=dict)  # what the legacy parsers need to force an output
     sample_raw: str | None = None  # an assistant turn in the format: reasoning and two tool calls
     deviations: tuple[Deviation, ...] = ()  # known server bugs on it, judged as strict xfails
+    stream_bugs: tuple[StreamBug, ...] = ()  # known bugs at several tokens per delta, judged as strict xfails
+
+    def stream_bug(self, profile: str, case: str, mode: str) -> StreamBug | None:
+        """The declared stream bug of `profile` on `case` sent in `mode` (None: none)."""
+        return next((bug for bug in self.stream_bugs if (bug.profile, bug.case) == (profile, case)
+                     and mode in bug.modes), None)
 
     @property
     def end_tokens(self) -> tuple[str, ...]:

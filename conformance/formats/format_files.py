@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jsonschema
 
-from conformance.formats.format import Deviation, Format, Variant
+from conformance.formats.format import Deviation, Format, StreamBug, Variant
 from conformance.util.locations import format_path
 from conformance.util.package_paths import PACKAGE_DIR, load_schema
 from conformance.util.safe_yaml import UnreadableFile, read_text
@@ -48,6 +48,8 @@ def load_format(directory: Path) -> Format:
         sample_raw=_text(sample) if sample.is_file() else None,
         deviations=tuple(Deviation(**{"message": {}, **entry, "modes": tuple(entry["modes"])})
                          for entry in record.get("deviations", [])),
+        stream_bugs=tuple(StreamBug(**{**entry, "modes": tuple(entry["modes"])})
+                          for entry in record.get("stream_bugs", [])),
     )
 
 

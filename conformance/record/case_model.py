@@ -10,11 +10,50 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-Mode = Literal["non-stream", "stream"]
+# How a case's request is sent: "non-stream", "stream" (a delta per token), or "stream@N": a stream asked
+# to deliver N tokens per delta ("stream@whole": every token after the first in one delta), its granularity.
+Mode = str
 Endpoint = Literal["chat", "responses", "preflight"]
 
-MODES: tuple[Mode, ...] = ("non-stream", "stream")
+MODES: tuple[Mode, ...] = ("non-stream", "stream")  # what a case names in `modes`
 PREFLIGHT_MODES: tuple[Mode, ...] = ("non-stream",)  # a preflight is one plain request
+GRANULAR_PREFIX = "stream@"
+# "whole": more tokens in one delta than any case generates (vLLM still sends the first token on its own)
+WHOLE_OUTPUT = "whole"
+WHOLE_OUTPUT_TOKENS = 1_000_000
+GRANULARITIES: tuple[str, ...] = ("2", "3", "5", "8", WHOLE_OUTPUT)  # `--granularities all`
+# What a gate or a run sends unless told (`--granularities`): a call boundary inside one delta (3 tokens:
+# a delimiter and its neighbours; whole: every boundary at once) at a third of the requests of all five.
+DEFAULT_GRANULARITIES: tuple[str, ...] = ("3", WHOLE_OUTPUT)
+# The request field that asks for N tokens per delta (vLLM's Python frontend, 0.32 on: it raises the
+# server's own --stream-interval for the request, and sends the first token at once all the same).
+STREAM_INTERVAL_FIELD = "stream_interval"
+GRANULARITY_FEATURE = "stream_granularity"  # the feature every granular stream's result is listed under
+MODE_PATTERN = r"^(non-stream|stream|stream@([1-9][0-9]{0,6}|whole))$"  # the schemas' pattern
+
+
+def is_stream(mode: Mode) -> bool:
+    """Whether `mode` sends a streaming request (at any granularity)."""
+    return mode == "stream" or mode.startswith(GRANULAR_PREFIX)
+
+
+def granular_mode(granularity: str) -> Mode:
+    """The mode of a stream asked to deliver `granularity` tokens per delta ("whole": the whole output)."""
+    return GRANULAR_PREFIX + granularity
+
+
+def tokens_per_delta(mode: Mode) -> int | None:
+    """The tokens per delta a granular mode asks for (None: "stream" or "non-stream", one token per delta)."""
+    if not mode.startswith(GRANULAR_PREFIX):
+        return None
+    granularity = mode.removeprefix(GRANULAR_PREFIX)
+    return WHOLE_OUTPUT_TOKENS if granularity == WHOLE_OUTPUT else int(granularity)
+
+
+def mode_order(mode: Mode) -> tuple[int, int]:
+    """Sort key: non-stream, stream, then the granular streams by their tokens per delta (a stream is
+    judged against the non-stream, a granular stream against the one-token stream)."""
+    return (MODES.index(mode), 0) if mode in MODES else (len(MODES), tokens_per_delta(mode) or 0)
 MESSAGE_FIELDS = ("reasoning", "content", "tool_calls")
 
 
@@ -91,7 +130,7 @@ class Expectation:
     deviation: str | None = None
 
     def for_mode(self, mode: Mode) -> Expectation:
-        """The expectation in `mode`, with the stream overrides applied for "stream"."""
+        """The expectation in `mode`, with the stream overrides applied for a stream (any granularity)."""
         if mode == "non-stream" or self.error is not None or self.skip is not None:
             return self
         return replace(self, message=self.stream_message, finish_reason=self.stream_finish_reason)

@@ -23,6 +23,7 @@ SkipKind = Literal[
     "model_miss",  # natural mode: the model did not call the tool the prompt asks for
     "other_fixture_variant",  # the case needs another variant of the tiny checkpoint than the run serves
     "other_format",  # the case's forced text is written in another response format than the run serves
+    "granularity_not_asked",  # the server cannot be asked for several tokens per stream delta
 ]
 SKIP_KINDS: tuple[str, ...] = get_args(SkipKind)
 

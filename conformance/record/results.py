@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.record.case_model import Case, Mode
+from conformance.record.case_model import GRANULARITY_FEATURE, Case, Mode, tokens_per_delta
 from conformance.record.outcomes import BLOCKING_KINDS, ERROR, FAIL, FINDING, PASS, SCHEMA, SKIP, Check, SkipKind
 from conformance.record.recording import records
 from conformance.record.transcript import Transcript, TranscriptError
@@ -86,7 +86,7 @@ def outcome_of(checks: Sequence[Check]) -> tuple[str, str, SkipKind | None]:
 
 # Skips never counted against a verdict: the case declares it, or it needs another checkpoint variant
 # than the run serves (the run's own choice; cases/README.md, "Fixture variant").
-ALWAYS_ALLOWED_SKIPS = frozenset({"declared", "other_fixture_variant", "other_format"})
+ALWAYS_ALLOWED_SKIPS = frozenset({"declared", "other_fixture_variant", "other_format", "granularity_not_asked"})
 
 
 def make_result(case: Case, transcript: Transcript, checks: list[Check],
@@ -105,7 +105,7 @@ def make_result(case: Case, transcript: Transcript, checks: list[Check],
         model_miss=skip_kind == "model_miss",
         skip_kind=skip_kind,
         skip_allowed=skip_kind in ALWAYS_ALLOWED_SKIPS or skip_kind in allowed_skips,
-        features=tuple(case.features or ()),
+        features=tuple(case.features or ()) + ((GRANULARITY_FEATURE,) if tokens_per_delta(transcript.mode) else ()),
         description=case.description or "",
         checks=checks,
     )

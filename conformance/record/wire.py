@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.record.case_model import MESSAGE_FIELDS
+from conformance.record.case_model import MESSAGE_FIELDS, is_stream
 from conformance.record.transcript import Transcript
 from conformance.util.json_codec import JsonTooDeep, parse_json
 
@@ -164,6 +164,11 @@ def _read_stream(transcript: Transcript) -> StreamReading:
     return _read_chat_stream(chunks, invalid, too_deep, stream_error, done, after_done)
 
 
+def chat_message_after(chunks: Sequence[Mapping[str, Any]]) -> Message:
+    """The message a client has reassembled once it has read `chunks` (a chat stream's JSON chunks)."""
+    return _read_chat_stream(chunks, [], [], None, False, 0).message
+
+
 def _read_chat_stream(chunks, invalid, too_deep, stream_error, done, after_done) -> StreamReading:
     reasoning: list[str] = []
     content: list[str] = []
@@ -290,7 +295,7 @@ def brief_json(value: Any, limit: int = 80) -> str:
 
 def usage_of(transcript: Transcript) -> dict[str, Any] | None:
     """The usage object a client sees: the response's, or the last stream chunk's that has one."""
-    if transcript.mode != "stream":
+    if not is_stream(transcript.mode):
         usage = (transcript.response or {}).get("usage")
         return usage if isinstance(usage, Mapping) else None
     usage = None

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from conformance.formats.registry import DEFAULT_FORMAT
-from conformance.record.case_model import Case, Mode
+from conformance.record.case_model import STREAM_INTERVAL_FIELD, Case, Mode, is_stream, tokens_per_delta
 from conformance.record.outcomes import SkipKind
 from conformance.record.transcript import ServerStamp, SseLine, Transcript
 from conformance.util.json_codec import parse_json
@@ -175,14 +175,17 @@ async def fetch_server_version(clients: Clients, target: Target, probe: VersionP
 
 
 def request_body(case: Case, mode: Mode, model: str, forcing: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The JSON body for one case in one mode: the case's request plus model, stream and forcing.
+    """The JSON body for one case in one mode: the case's request plus model, stream (with the tokens
+    per delta of a granular stream, `STREAM_INTERVAL_FIELD`) and forcing.
     For `endpoint: responses`, `messages` become `input` and everything else is sent as given (the
     case loader already flattened the tools; cases/README.md). A preflight has no body: its
     request (origin, method, headers, path) is recorded as the case gives it."""
     request = json.loads(json.dumps(case.request))  # a deep copy: the case stays as loaded
     if case.endpoint == "preflight":
         return {"path": DEFAULT_PREFLIGHT_PATH, **request}
-    body: dict[str, Any] = {"model": model, **request, "stream": mode == "stream"}
+    body: dict[str, Any] = {"model": model, **request, "stream": is_stream(mode)}
+    if (tokens := tokens_per_delta(mode)) is not None:
+        body[STREAM_INTERVAL_FIELD] = tokens
     if case.endpoint == "responses" and "messages" in body:
         body["input"] = body.pop("messages")
     if forcing:
@@ -316,7 +319,7 @@ async def send(
             response = await _post(clients, path, body)
             try:
                 transcript.status = response.status_code
-                if mode == "stream":
+                if is_stream(mode):
                     async for data in _sse_payloads(_sse_lines(response.aiter_bytes(), target.max_line_bytes)):
                         transcript.sse.append(SseLine(data, round(time.monotonic() - start, 6)))
                 else:

@@ -20,16 +20,27 @@ from typing import Any, TypeVar
 
 from conformance.formats.markers import DEFAULT_MARKERS
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
-from conformance.record.case_model import MODES, Case, Mode
+from conformance.record.case_model import (
+    MODES,
+    STREAM_INTERVAL_FIELD,
+    Case,
+    Mode,
+    granular_mode,
+    is_stream,
+    mode_order,
+    tokens_per_delta,
+)
 from conformance.record.outcomes import Check, SkipKind
 from conformance.record.recording import make_header
 from conformance.record.results import RESULTS_FILE, CaseResult, Summary, make_result, summarize
 from conformance.record.stamp import make_stamp
 from conformance.record.transcript import TRANSCRIPTS_FILE, JsonLinesWriter, Transcript, group_by_key
+from conformance.run.checks.granularity import judged_with_stream_bug
 from conformance.run.checks.shape import shape_failure, shape_problems
 from conformance.run.driver import DEFAULT_CONCURRENCY, Target, fetch_server_version, make_clients, request_body, send
 from conformance.run.judge import judge
 from conformance.servers.forcing import VERIFIED_ENDPOINTS, ForcingUnsupported, ServerRefused, TokensUnavailable
+from conformance.servers.profile import STREAM_INTERVAL_WORDS
 from conformance.servers.profiles import PROFILES, expectation_for, profile_record, served_variant
 from conformance.util.progress import Progress
 
@@ -42,14 +53,20 @@ class RunOutput:
     transcripts: list[Transcript]  # in the order they were recorded (as in transcripts.jsonl)
 
 
-def request_count(cases: Sequence[Case], repeat: int = 1) -> int:
+def request_count(cases: Sequence[Case], repeat: int = 1, granularities: Sequence[str] = ()) -> int:
     """How many requests (and so results) a run of `cases` makes."""
-    return sum(len(case_modes(case)) for case in cases) * repeat
+    return sum(len(case_modes(case, granularities)) for case in cases) * repeat
 
 
-def case_modes(case: Case) -> tuple[Mode, ...]:
+def case_modes(case: Case, granularities: Sequence[str] = ()) -> tuple[Mode, ...]:
+    """The modes a case is sent in: non-stream first (a stream is judged against it), then the stream,
+    then, for a forced chat case that streams, the stream at each of `granularities` (tokens per delta,
+    `conformance.record.case_model.GRANULARITIES`; each judged against the one-token stream)."""
     wanted = tuple(case.modes or MODES)
-    return tuple(mode for mode in MODES if mode in wanted)  # non-stream first: the stream is judged against it
+    modes = tuple(mode for mode in MODES if mode in wanted)
+    if "stream" in modes and case.force is not None and case.endpoint == "chat":
+        modes += tuple(granular_mode(granularity) for granularity in granularities)
+    return modes
 
 
 def known_profiles(cases: Iterable[Case]) -> set[str]:
@@ -62,6 +79,17 @@ def implied_skip_kinds(target: Target, natural: bool) -> set[str]:
     counts model misses apart."""
     return {kind for kind, chosen in (("forcing_off", target.cannot_force_kind == "forcing_off"),
                                       ("model_miss", natural)) if chosen}
+
+
+def granularity_not_asked(mode: Mode, target: Target) -> NotSent | None:
+    """The skip of a granular stream on a server that cannot be asked for several tokens per delta
+    (None: it can, or `mode` is not granular)."""
+    record = profile_record(target.profile)
+    if tokens_per_delta(mode) is None or record.stream_interval_per_request:
+        return None
+    return NotSent("granularity_not_asked", f"{record.server_name} cannot be asked per request for several tokens "
+                                            f"per stream delta: it {STREAM_INTERVAL_WORDS[record.stream_interval]} "
+                                            f"(`{STREAM_INTERVAL_FIELD}`)")
 
 
 def other_variant(case: Case, target: Target) -> NotSent | None:
@@ -103,10 +131,13 @@ def judge_group(case: Case, by_mode: dict[str, Transcript], markers: Sequence[st
     """Results for one (case, profile, repeat): each mode judged, the stream against the non-stream;
     a skip of a kind in `allowed_skips` (or declared by the case) is allowed."""
     results = []
-    for mode, transcript in sorted(by_mode.items(), key=lambda item: MODES.index(item[0])):
-        companion = by_mode.get("non-stream") if mode == "stream" else None
+    for mode, transcript in sorted(by_mode.items(), key=lambda item: mode_order(item[0])):
+        companion = by_mode.get("non-stream") if is_stream(mode) else None
+        one_token_stream = by_mode.get("stream") if tokens_per_delta(mode) is not None else None
         try:
-            checks = judge(case, transcript, companion=companion, markers=markers)
+            checks = judge(case, transcript, companion=companion, markers=markers, one_token_stream=one_token_stream)
+            if bug := FORMATS[case.format or DEFAULT_FORMAT.name].stream_bug(transcript.profile, case.id, mode):
+                checks = judged_with_stream_bug(checks, bug)
         except Exception as exc:  # must not stop the run: a malformed answer fails, a bug of ours is an error
             checks = [_unreadable(transcript, companion, exc)]
         results.append(make_result(case, transcript, checks, allowed_skips))
@@ -240,7 +271,12 @@ async def run_async(
     markers: Sequence[str] = DEFAULT_MARKERS,
     progress: bool | Progress = False,
     allowed_skips: Collection[str] = (),
+    granularities: Sequence[str] = (),
 ) -> RunOutput:
+    """Send `cases` to `target` (see the module docstring); `granularities` are the tokens per delta each
+    forced chat stream is also asked for (none in natural mode: natural outputs differ between requests)."""
+    if natural:
+        granularities = ()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     allowed_skips = frozenset(allowed_skips) | implied_skip_kinds(target, natural)
     async with make_clients(target) as clients:
@@ -261,7 +297,7 @@ async def run_async(
         transcripts: list[Transcript] = []
         # True: a bar of its own; a Progress: one that several runs share (its owner closes it)
         own_bar = progress is True
-        bar = Progress(request_count(cases, repeat), "conformance") if own_bar else (progress or None)
+        bar = Progress(request_count(cases, repeat, granularities), "conformance") if own_bar else (progress or None)
         method = profile_record(target.profile).forcing
         # one per run, made at the first forced answer (a profile that cannot force has none)
         tokenizer = functools.cache(lambda: method.tokenizer(target.root_url, target.model, target.api_key,
@@ -272,6 +308,7 @@ async def run_async(
             """Send (in a slot), verify a forced answer (the slot freed: its requests to the tokenizer
             need none, and holding it left fewer streams in flight, which cost CPU), then record the
             transcript at once: a run that is interrupted or killed keeps every answer that came back."""
+            not_sent = not_sent or granularity_not_asked(mode, target)
             if not_sent:
                 transcript = _not_sent(case, target, mode, repeat_index, not_sent, forcing)
             else:
@@ -288,7 +325,7 @@ async def run_async(
             return transcript
 
         async def one_case(case: Case, repeat_index: int) -> None:
-            modes = case_modes(case)
+            modes = case_modes(case, granularities)
             forcing, not_sent = await _forcing_for(case, target, natural, tokenizer)  # the same for every mode
             recorded = await asyncio.gather(*(one_request(case, mode, repeat_index, forcing, not_sent)
                                               for mode in modes))

@@ -122,11 +122,11 @@ class GateSetupError(Exception):
 
 
 async def _run_both(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Path, concurrency: int,
-                    origin: str) -> dict[str, Any]:
-    with Progress(request_count(cases) * len(runs), "gate") as bar:  # one display: every side's results
+                    origin: str, granularities: Sequence[str]) -> dict[str, Any]:
+    with Progress(request_count(cases, 1, granularities) * len(runs), "gate") as bar:  # one display: both sides
         outputs = await asyncio.gather(*(
             run_async(cases, run.target, out_dir / run.side.name, concurrency=concurrency, markers=run.markers,
-                      progress=bar)
+                      progress=bar, granularities=granularities)
             for run in runs
         ))  # fmt: skip
     for run, output in zip(runs, outputs):
@@ -137,9 +137,9 @@ async def _run_both(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Pat
 
 
 def run_gate_sides(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Path, *, concurrency: int,
-                   origin: str) -> tuple[list[Recording], dict[str, Any]]:
-    """Run the cases on every side at once; (recordings, CORS section)."""
-    cors = asyncio.run(_run_both(runs, cases, out_dir, concurrency, origin))
+                   origin: str, granularities: Sequence[str] = ()) -> tuple[list[Recording], dict[str, Any]]:
+    """Run the cases on every side at once, each forced stream also at `granularities`; (recordings, CORS section)."""
+    cors = asyncio.run(_run_both(runs, cases, out_dir, concurrency, origin, granularities))
     recordings = []
     for run in runs:
         assert run.output is not None

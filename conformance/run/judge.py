@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from conformance.formats.markers import DEFAULT_MARKERS
-from conformance.record.case_model import Case, Expectation, Mode
+from conformance.record.case_model import Case, Expectation, Mode, is_stream, tokens_per_delta
 from conformance.record.outcomes import ERROR, EXPECTATION, FAIL, FINDING, PASS, SKIP, Check
 from conformance.record.transcript import Transcript
 from conformance.record.wire import Message, error_object, error_text, read_stream, response_message
@@ -36,6 +36,7 @@ from conformance.run.checks.findings import (
     finding_reasoning_field,
     finding_tool_call_streaming,
 )
+from conformance.run.checks.granularity import check_split_invariance
 from conformance.run.checks.usage import check_expected_usage
 from conformance.servers.forcing import VERIFIED_ENDPOINTS
 from conformance.servers.profiles import expectation_chain, expectation_for, profile_record
@@ -48,9 +49,11 @@ def judge(
     *,
     companion: Transcript | None = None,
     markers: Sequence[str] = DEFAULT_MARKERS,
+    one_token_stream: Transcript | None = None,
 ) -> list[Check]:
     """Every check that applies to one transcript. `companion` is the non-streaming transcript of the
-    same case/profile/repeat, used to judge a stream against it."""
+    same case/profile/repeat, used to judge a stream against it; `one_token_stream` its one-token
+    stream, which a granular stream (`stream@N`) must reassemble to."""
     if transcript.skip_reason:
         return [Check("request", SKIP, reason=transcript.skip_reason,
                       skip_kind=transcript.skip_kind or "cannot_force")]  # recordings before skip kinds
@@ -63,7 +66,7 @@ def judge(
     if _no_responses_api(transcript) and not named:  # a status the expectation names is judged against it
         return [Check("responses_api", SKIP, reason=f"the server has no Responses API: HTTP {transcript.status}: "
                       f"{error_text(transcript.error_body)}", skip_kind="no_responses_api")]
-    streaming = transcript.mode == "stream"
+    streaming = is_stream(transcript.mode)
     reading = read_stream(transcript) if streaming else None
     expected_error = expectation.error if expectation is not None else None
     transport = check_transport(transcript, reading, expected_error.status if expected_error else None)
@@ -111,6 +114,8 @@ def judge(
         checks.append(finding_client_replay(transcript, reading))
         if companion is not None and not natural:  # natural outputs differ between requests
             checks.append(_compare_with_companion(case, transcript, message, companion))
+        if tokens_per_delta(transcript.mode) is not None and transcript.endpoint == "chat":
+            checks.append(check_split_invariance(transcript.mode, reading, one_token_stream))
 
     if natural:
         checks.append(check_natural(message, case.natural.expect_tool if case.natural else None))

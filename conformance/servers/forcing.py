@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from conformance.formats.registry import DEFAULT_FORMAT
-from conformance.record.case_model import Case
+from conformance.record.case_model import Case, is_stream
 from conformance.record.transcript import Transcript
 from conformance.record.wire import read_stream, response_message
 from conformance.util.json_codec import parse_json
@@ -321,7 +321,7 @@ async def verify_forcing(tokenizer: ServerTokenizer, case: Case, transcript: Tra
     in the text was emitted as its single token; None when it cannot be verified (no token ids, no
     tokenizer endpoints, an unreachable server, answers of another shape)."""
     try:  # an answer of the wrong shape cannot be verified; judging reports it as a `response_shape` fail
-        if transcript.mode == "stream":
+        if is_stream(transcript.mode):
             reading = read_stream(transcript)
             token_ids, message = token_ids_of_stream(reading.chunks), reading.message
         else:

@@ -13,11 +13,20 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from conformance.record.server_rules import ServerRule
 from conformance.servers.forcing_methods import ForcingMethod
 from conformance.servers.runtimes import CurrentInterpreter, Runtime, SetupError
+
+# A request's `stream_interval`: it batches the stream's tokens; it is ignored (one token per delta all
+# the same); the request is refused; not measured (an attached server).
+StreamInterval = Literal["honoured", "ignored", "refused", "unknown"]
+STREAM_INTERVAL_WORDS: dict[str, str] = {
+    "ignored": "ignores it and streams one token per delta",
+    "refused": "refuses a request that carries it",
+    "unknown": "is not known to take it",
+}
 
 
 @dataclass(frozen=True)
@@ -110,6 +119,14 @@ class Profile:
     # Its documented departures from a format's own meaning: the differences from a format-independent
     # case's reference outcome that pass (conformance.record.server_rules).
     rules: tuple[ServerRule, ...] = ()
+    # What it does with a chat request's `stream_interval` (several tokens per stream delta, vLLM's Python
+    # frontend 0.32 on), as measured: granular streams (`stream@N`) are sent only where it is honoured; on
+    # any other server they are a skip of kind `granularity_not_asked` saying which.
+    stream_interval: StreamInterval = "unknown"
+
+    @property
+    def stream_interval_per_request(self) -> bool:
+        return self.stream_interval == "honoured"
 
     @property
     def build_note(self) -> str | None:

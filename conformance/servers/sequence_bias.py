@@ -35,6 +35,7 @@ from typing import Any
 
 from conformance.formats.markers import CheckpointError, markers_for_checkpoint
 from conformance.formats.registry import DEFAULT_FORMAT
+from conformance.record.case_model import is_stream
 from conformance.record.wire import read_stream
 from conformance.servers.forcing import ForcingUnsupported, send_forced_probe
 from conformance.util.json_codec import parse_json
@@ -196,7 +197,7 @@ def verify_answer(tokenizer: CheckpointTokenizer, raw_text: str, request: Mappin
 def verify_transcript(tokenizer: CheckpointTokenizer, raw_text: str, transcript: Any) -> list[str]:
     """`verify_answer` on a recorded answer: the usage of a non-streaming body, or of the stream's
     last chunk that carries one."""
-    if transcript.mode == "stream":
+    if is_stream(transcript.mode):
         usages = [chunk.get("usage") for chunk in read_stream(transcript).chunks if chunk.get("usage")]
         usage = usages[-1] if usages else None
     else:

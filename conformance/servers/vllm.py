@@ -52,7 +52,7 @@ def vllm_profile(name: str, flags: tuple[str, ...], description: str,
                       log_prefix="vllm", format_parsers=format_parsers),
         forcing=RegexForcing(), version_probe=VersionProbe(), reasoning_field="reasoning",
         expectation_fallback=expectation_fallback, cors_advice=vllm_cors_advice(f"vLLM {release}"),
-        expected_version=expected_version, rules=VLLM_RULES,
+        expected_version=expected_version, rules=VLLM_RULES, stream_interval="honoured",
     )  # fmt: skip
 
 

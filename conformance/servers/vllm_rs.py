@@ -27,6 +27,7 @@ def vllm_rs_profile(name: str, description: str, release: str, runtime: Runtime,
                       runtime=runtime, log_prefix="vllm-rs"),
         forcing=forcing, version_probe=VersionProbe(), reasoning_field="reasoning",
         cors_advice=vllm_cors_advice(f"vLLM {release}'s Rust frontend"), expected_version=expected_version,
+        stream_interval="honoured",  # measured: 24 tokens asked 8 at a time came in 4 deltas (0.32, 0.33)
     )  # fmt: skip
 
 

@@ -22,7 +22,7 @@ import yaml
 from conformance.formats.format import Format
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.formats.tiny_checkpoint import VARIANTS
-from conformance.record.case_model import MODES, Case, build_case
+from conformance.record.case_model import GRANULARITY_FEATURE, MODES, Case, build_case
 from conformance.servers.profiles import PROFILES
 from conformance.suite.contract_document import reference_problem
 from conformance.suite.format_cases import in_format
@@ -319,6 +319,9 @@ def _semantic_issues(
     for position, tag in enumerate(_list(raw.get("features"))):
         if isinstance(tag, str) and tag not in features:
             yield locator.issue([*at, "features", position], f"unknown feature {tag!r} (not in {FEATURES_FILE})")
+        elif tag == GRANULARITY_FEATURE:
+            yield locator.issue([*at, "features", position], f"{tag!r} is the runner's: it lists every granular "
+                                                             "stream's result under it (--granularities); a case does not")
     for position, reference in enumerate(_list(raw.get("references"))):
         if isinstance(reference, str) and (problem := reference_problem(reference)):
             yield locator.issue([*at, "references", position], problem)

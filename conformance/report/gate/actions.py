@@ -23,6 +23,7 @@ from conformance.report.gate.view import (
     Side,
     code_segments,
     json_text,
+    modes_named,
     shorten,
     unwrapped,
 )
@@ -84,12 +85,12 @@ class ToDo:
         return sorted({f for g in self.rows for f in g.features})
 
     def where(self) -> list[tuple[str, str, str]]:
-        """(case id, `stream` / `non-stream` / `both modes`, anchor of its first row) per case concerned."""
+        """(case id, its modes concerned (`stream`, `non-stream`, `both modes`, or the modes listed when a
+        granular stream is among them), anchor of its first row) per case concerned."""
         by_case: dict[str, list[DifferenceGroup]] = {}
         for row in self.rows:
             by_case.setdefault(row.case_id, []).append(row)
-        return [(case_id, rows[0].mode if len(rows) == 1 else "both modes", rows[0].anchor)
-                for case_id, rows in by_case.items()]
+        return [(case_id, modes_named(row.mode for row in rows), rows[0].anchor) for case_id, rows in by_case.items()]
 
 
 TO_DO_SECTIONS = (
@@ -99,8 +100,8 @@ TO_DO_SECTIONS = (
 MAX_ROWS_LISTED = 12  # cases named per to-do item; the rest are counted
 # To-do items, most breaking first: a refused request breaks a client outright, a usage count rarely.
 KIND_ORDER = {kind: i for i, kind in enumerate(("request_refused", "outcome", "request_accepted", "message",
-                                                 "reasoning_field", "finish_reason", "stream_shape", "client_replay",
-                                                 "usage"))}
+                                                 "reasoning_field", "finish_reason", "stream_granularity",
+                                                 "stream_shape", "client_replay", "usage"))}
 
 
 def to_do_heading(title: str, items: Sequence[ToDo]) -> str:
@@ -269,6 +270,16 @@ def _stream_shape(member: Mapping[str, Any], labels: Labels) -> Advice:
     return Advice(name.replace("_", " "), None)  # role chunks, anything newer
 
 
+def _stream_granularity(member: Mapping[str, Any], labels: Labels) -> Advice:
+    cand = member.get("candidate") if isinstance(member.get("candidate"), Mapping) else {}
+    who = "candidate" if cand.get("outcome") == "fail" else "baseline"
+    return Advice(f"several tokens per delta break {labels[who]}'s stream",
+                  ["under ", Code(labels[who]), " a stream that delivers several tokens per delta (speculative "
+                   "decoding, ", Code("--stream-interval"), ", a busy batch) does not add up to the message its "
+                   "one-token stream makes: a client reading it loses or misreads text at the chunk named; keep ",
+                   Code(labels[who]), " at one token per delta, or use the non-streaming answer for tool calls."])
+
+
 def _finish_reason(member: Mapping[str, Any], labels: Labels) -> Advice:
     base, cand = json_text(member.get("baseline"), 40), json_text(member.get("candidate"), 40)
     return Advice(f"{base} became {cand}", [
@@ -312,5 +323,6 @@ _DEFAULT_ADVICE: dict[str, Callable[[Mapping[str, Any], Labels], Advice]] = {
     "finish_reason": _finish_reason,
     "usage": _usage,
     "client_replay": _client_replay,
+    "stream_granularity": _stream_granularity,
     "outcome": _outcome,
 }

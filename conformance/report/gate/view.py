@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from conformance.record.case_model import MODES, mode_order
 from conformance.report.stamp import stamp_lines
 from conformance.util.markdown_text import visible as printable
 
@@ -37,6 +38,7 @@ KIND_TITLES = {
     "finish_reason": "finish_reason differs",
     "usage": "usage differs",
     "client_replay": "openai-python rebuilds the message differently",
+    "stream_granularity": "several tokens per delta break the stream",
     "outcome": "case outcome differs",
 }
 METRIC_TITLES = {
@@ -246,12 +248,18 @@ UNFORCED_MEANING = ("the model's own output, not the forced text (the server rep
                     "grammar), so not what its parser makes of the case's output")
 
 
+def modes_named(modes: Iterable[str]) -> str:
+    """A case's modes in a row: one mode as it is, the two plain ones as `both modes`, else listed in order."""
+    distinct = sorted(set(modes), key=mode_order)
+    if len(distinct) == 1:
+        return distinct[0]
+    return "both modes" if distinct == list(MODES) else ", ".join(distinct)
+
+
 def unforced_modes(behaviour: Mapping[str, Any], side: Side) -> str | None:
-    """`stream`, `non-stream` or `both modes` when that side's answer to the case was not the forced text."""
+    """The modes (`modes_named`) in which that side's answer to the case was not the forced text (None: none)."""
     modes = (behaviour.get("unforced") or {}).get(side) or []
-    if not modes:
-        return None
-    return "both modes" if len(set(modes)) > 1 else str(modes[0])
+    return modes_named(modes) if modes else None
 
 
 def unforced_reason(member: Mapping[str, Any], side: Side) -> str | None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
+from conformance.record.case_model import is_stream
 from conformance.record.results import (
     OUTCOMES,
     CaseResult,
@@ -175,11 +176,11 @@ def _transcript_section(transcript: Transcript | None, parts: list[str]) -> None
     if transcript.error_body is not None:
         parts += ["<h4>Error body</h4>", _pre(transcript.error_body)]
     try:
-        message = read_stream(transcript).message if transcript.mode == "stream" else response_message(transcript)
+        message = read_stream(transcript).message if is_stream(transcript.mode) else response_message(transcript)
     except (AttributeError, TypeError, ValueError, LookupError):  # the shape is wrong: the checks say where
         message = None
     if message is not None and transcript.status == 200:
-        how = "reassembled from the stream" if transcript.mode == "stream" else "the response's message"
+        how = "reassembled from the stream" if is_stream(transcript.mode) else "the response's message"
         parts += [f"<h4>Message as a client sees it ({how})</h4>", _pre(_client_view(message))]
     if transcript.sse:
         _raw_stream(transcript, parts)

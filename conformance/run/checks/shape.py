@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from conformance.record.case_model import is_stream
 from conformance.record.outcomes import FAIL, Check
 from conformance.record.transcript import Transcript
 from conformance.record.wire import brief_json
@@ -22,7 +23,7 @@ def shape_problems(transcript: Transcript) -> list[str]:
     Empty when the shape is right. A stream's data line nested deeper than the JSON reader's bound is one."""
     responses = transcript.endpoint == "responses"
     problems = []
-    if transcript.mode == "stream":
+    if is_stream(transcript.mode):
         validator = _shape_validator("responsesEvent" if responses else "chatChunk")
         payloads = []
         for number, line in enumerate(transcript.sse, start=1):
