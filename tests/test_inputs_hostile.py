@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
+from conformance.compare.gate import MAX_GATE_BYTES
 from conformance.formats import checkpoint_files
 from conformance.record.run_dir import MAX_RUN_FILE_BYTES
 from conformance.record.transcript import MAX_RECORDING_BYTES
-from conformance.compare.gate import MAX_GATE_BYTES
 from conformance.util import safe_yaml
 from conformance.util.package_paths import load_schema
 from tests.test_hostile import DEEP, MEMORY_LIMIT, assert_clean_error, checkpoint
