@@ -31,6 +31,13 @@ tools:
 """
 
 
+def case_directory(directory: Path, cases_yaml: str) -> Path:
+    """`directory` holding one case file (as `load_cases` writes it) and the shipped feature registry."""
+    load_cases(directory, cases_yaml)
+    (directory / "features.txt").write_text((Path(__file__).parents[1] / "cases" / "features.txt").read_text())
+    return directory
+
+
 def load_cases(directory: Path, cases_yaml: str, name: str = "suite.yaml") -> dict[str, Case]:
     """Write one case file (the weather tool block plus `cases_yaml`) and load it with the real loader."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -320,12 +320,9 @@ CASES = """
 
 @pytest.fixture(scope="module")
 def cases_dir(tmp_path_factory) -> Path:
-    from tests.engine_helpers import load_cases
+    from tests.engine_helpers import case_directory
 
-    directory = tmp_path_factory.mktemp("cases")
-    load_cases(directory, CASES)
-    (directory / "features.txt").write_text((Path(__file__).parents[1] / "cases" / "features.txt").read_text())
-    return directory
+    return case_directory(tmp_path_factory.mktemp("cases"), CASES)
 
 
 def _gate_args(one, other, cases_dir, out, *extra):

@@ -17,7 +17,7 @@ import pytest
 from conformance.run import gate_sides
 from conformance.run.gate_sides import GateSide
 from conformance.servers.launch import ServerStartError
-from tests.engine_helpers import load_cases
+from tests.engine_helpers import case_directory
 from tests.fake_server import fake_server
 from tests.test_gate import CASES, _gate_args
 
@@ -35,10 +35,7 @@ STALLING = CASES + """\
 
 @pytest.fixture(scope="module")
 def stalling_cases(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("stalling")
-    load_cases(directory, STALLING)
-    (directory / "features.txt").write_text((Path(__file__).parents[1] / "cases" / "features.txt").read_text())
-    return directory
+    return case_directory(tmp_path_factory.mktemp("stalling"), STALLING)
 
 
 def results_of(path: Path) -> int:

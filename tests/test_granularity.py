@@ -22,7 +22,7 @@ from conformance.record.wire import read_stream
 from conformance.run.checks.granularity import check_split_invariance, first_divergent_chunk, judged_with_stream_bug
 from conformance.run.driver import Target, request_body
 from conformance.run.engine import case_modes, run_async
-from tests.engine_helpers import load_cases, stream_transcript
+from tests.engine_helpers import case_directory, stream_transcript
 from tests.fake_server import chunk, fake_server, good_stream
 
 CASES = """
@@ -64,10 +64,7 @@ CASES = """
 
 @pytest.fixture(scope="module")
 def cases_dir(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("cases")
-    load_cases(directory, CASES)
-    (directory / "features.txt").write_text((Path(__file__).parents[1] / "cases" / "features.txt").read_text())
-    return directory
+    return case_directory(tmp_path_factory.mktemp("cases"), CASES)
 
 
 @pytest.fixture(scope="module")

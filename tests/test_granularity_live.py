@@ -18,11 +18,13 @@ import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer
 
 from conformance.formats.registry import DEFAULT_FORMAT
-from conformance.record.case_model import GRANULARITIES
+from conformance.record.case_model import GRANULARITIES, is_stream
 from conformance.record.wire import read_stream
 from conformance.run.driver import Target
 from conformance.run.engine import run_async
@@ -210,3 +212,30 @@ def test_each_server_does_with_stream_interval_what_its_record_says(hf_server, h
         else:  # 24 tokens: the first, then 8, 8 and the rest
             assert said == "honoured" and status == asked_status == 200, server.profile.name
             assert one_token >= 20 and asked <= 4, (server.profile.name, one_token, asked)
+
+
+# --- where the format's delimiter tokens fall: at a chunk's edge and inside one chunk ---------------------------
+
+
+def _chunk_positions(transcript, delimiter_ids: set[int]) -> set[str]:
+    """For each delimiter token in the stream's chunks (their `token_ids`): `edge` when it is the first token of
+    its chunk, `inside` when a token of the same chunk comes before it."""
+    positions = set()
+    for chunk in read_stream(transcript).chunks:
+        ids = ((chunk.get("choices") or [{}])[0]).get("token_ids") or []
+        positions |= {"edge" if index == 0 else "inside" for index, token in enumerate(ids) if token in delimiter_ids}
+    return positions
+
+
+def test_the_granularities_put_each_cases_delimiters_at_a_chunk_edge_and_inside_one_chunk(granular_runs, hf_server):
+    tokenizer = Tokenizer.from_file(str(Path(hf_server.model) / "tokenizer.json"))
+    delimiter_ids = {tokenizer.token_to_id(token) for token in DEFAULT_FORMAT.delimiter_tokens}
+    assert None not in delimiter_ids
+    by_case: dict[str, set[str]] = {}
+    for transcript in granular_runs["hf"].transcripts:
+        if transcript.forced and transcript.status == 200 and is_stream(transcript.mode):
+            by_case.setdefault(transcript.case_id, set()).update(_chunk_positions(transcript, delimiter_ids))
+    with_delimiters = {case_id: positions for case_id, positions in by_case.items() if positions}
+    assert len(with_delimiters) > 40
+    assert all(positions == {"edge", "inside"} for positions in with_delimiters.values()), {
+        case_id: positions for case_id, positions in with_delimiters.items() if positions != {"edge", "inside"}}
