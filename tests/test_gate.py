@@ -254,6 +254,21 @@ def test_a_malformed_expectations_file_names_the_line_and_field(tmp_path, text, 
         load_expectations(write(tmp_path, text))
 
 
+def test_an_occasional_acknowledgement_is_never_stale_but_still_acknowledges(every_kind, tmp_path):
+    """A difference that comes and goes between runs (how a busy server groups its last tokens) is acknowledged
+    when it shows and is not stale when it does not."""
+    text = EXPECT_ALL + "  - {case: same, kind: message, reason: it comes and goes with the load, occasional: true}\n"
+    entries = load_expectations(write(tmp_path, text))
+    assert entries[-1].occasional and not entries[0].occasional
+    gate = build_gate(every_kind[0], every_kind[0], entries, strict=True)
+    assert "it comes and goes" not in json.dumps(gate["stale"]) and len(gate["stale"]) == len(entries) - 1
+    differing = Recording("hf", [named(response_transcript(ns_call('{"city": "Rome"}'), "tool_calls"), "same")],
+                          [result("same", "non-stream")], {})
+    acknowledged = build_gate(every_kind[0], differing, entries)["differences"]
+    assert {d["acknowledged"]["reason"] for d in acknowledged if d["case_id"] == "same"} == {
+        "it comes and goes with the load"}
+
+
 def test_stream_timings_and_their_distribution():
     transcript = stream_transcript(fragmented_stream())  # lines 0.01 s apart
     times = stream_timings(transcript)

@@ -111,8 +111,14 @@ def test_a_gate_launches_each_side_on_the_fixture_variant_its_record_asks_for(tm
     checkpoints = {side: run["stamp"]["model"] for side, run in served.items()}  # the directory it was started on
     assert Path(checkpoints["baseline"]).name == "checkpoint"
     assert Path(checkpoints["candidate"]).name == "checkpoint-" + profile_record("transformers-serve").fixture_variant
+    # transformers serve refuses a request's stream_interval: its two granular streams of the forced case are skipped
+    not_asked = {"baseline": 0, "candidate": 2}
     for side in ("baseline", "candidate"):
-        assert sides[side]["summary"]["counts"]["pass"] == sides[side]["summary"]["total"], side
+        counts, total = sides[side]["summary"]["counts"], sides[side]["summary"]["total"]
+        assert (counts["pass"], counts["skip"]) == (total - not_asked[side], not_asked[side]), side
+    skipped = [json.loads(line) for line in (out / "candidate" / "results.jsonl").read_text().splitlines()[1:]]
+    assert {(r["mode"], r["skip_kind"]) for r in skipped if r["outcome"] == "skip"} == {
+        ("stream@3", "granularity_not_asked"), ("stream@whole", "granularity_not_asked")}
     found = {(d["case_id"], d["mode"], d["kind"], d["field"]): d for d in gate["differences"]}
     [preflight] = [d for d in gate["differences"]
                    if d["case_id"] == "cors-preflight-chat-from-browser-origin" and d["kind"] == "request_refused"]
