@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from conformance.record.case_model import is_stream, tokens_per_delta
+from conformance.record.outcomes import Check
 from conformance.record.results import CaseResult
 from conformance.record.transcript import Transcript
 from conformance.record.wire import (
@@ -251,7 +252,7 @@ def _client_replay_differences(pair: Pair, make: Any) -> list[Difference]:
     outcomes = {}
     for side in ("baseline", "candidate"):
         result = pair.results.get(side)
-        check = next((c for c in result.checks if c.name == "client_replay"), None) if result else None
+        check = _check_named(result, "client_replay")
         outcomes[side] = (check.outcome, check.reason) if check else None
     if outcomes["baseline"] is None or outcomes["candidate"] is None:
         return []
@@ -264,15 +265,16 @@ def _client_replay_differences(pair: Pair, make: Any) -> list[Difference]:
                  + (f" ({(cand_reason or base_reason)[:200]})" if cand_reason or base_reason else ""))]
 
 
+def _check_named(result: CaseResult | None, name: str) -> Check | None:
+    """The check `name` of a side's result (None: no result, or no such check)."""
+    return next((check for check in result.checks if check.name == name), None) if result else None
+
+
 def _granularity_differences(pair: Pair, make: Any) -> list[Difference]:
     """A granular stream that reassembles to its one-token stream on one side only (`split_invariance`)."""
     if tokens_per_delta(pair.mode) is None:
         return []
-    checks = {}
-    for side in ("baseline", "candidate"):
-        result = pair.results.get(side)
-        checks[side] = next((c for c in result.checks if c.name == SPLIT_INVARIANCE), None) if result else None
-    base, cand = checks["baseline"], checks["candidate"]
+    base, cand = (_check_named(pair.results.get(side), SPLIT_INVARIANCE) for side in ("baseline", "candidate"))
     if base is None or cand is None or base.outcome == cand.outcome:
         return []
     broken = cand if cand.outcome == "fail" else base

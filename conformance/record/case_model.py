@@ -29,7 +29,6 @@ DEFAULT_GRANULARITIES: tuple[str, ...] = ("3", WHOLE_OUTPUT)
 # server's own --stream-interval for the request, and sends the first token at once all the same).
 STREAM_INTERVAL_FIELD = "stream_interval"
 GRANULARITY_FEATURE = "stream_granularity"  # the feature every granular stream's result is listed under
-MODE_PATTERN = r"^(non-stream|stream|stream@([1-9][0-9]{0,6}|whole))$"  # the schemas' pattern
 
 
 def is_stream(mode: Mode) -> bool:

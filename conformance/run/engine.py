@@ -102,12 +102,17 @@ def other_variant(case: Case, target: Target) -> NotSent | None:
     return NotSent("other_fixture_variant", f"needs the tiny checkpoint's {needed!r} variant; this run serves {served!r}")
 
 
+def format_of(case: Case) -> str:
+    """The response format a case is written (or rendered) in: a case naming none is the default format's."""
+    return case.format or DEFAULT_FORMAT.name
+
+
 def other_format(case: Case, target: Target) -> NotSent | None:
     """The skip of a case written for another response format than the target's checkpoint writes
     (None: it runs): its forced text, and the expectations of an unforced one (what the model generates
     under a guided tool choice, which requests a format's parsers refuse), are that format's. A case
     naming no format is written in the default one; a format-independent case is rendered in the target's."""
-    written_in = case.format or DEFAULT_FORMAT.name
+    written_in = format_of(case)
     if written_in == target.format:
         return None
     return NotSent("other_format", f"it is written for the {written_in} format; this run serves {target.format}")
@@ -136,7 +141,7 @@ def judge_group(case: Case, by_mode: dict[str, Transcript], markers: Sequence[st
         one_token_stream = by_mode.get("stream") if tokens_per_delta(mode) is not None else None
         try:
             checks = judge(case, transcript, companion=companion, markers=markers, one_token_stream=one_token_stream)
-            if bug := FORMATS[case.format or DEFAULT_FORMAT.name].stream_bug(transcript.profile, case.id, mode):
+            if bug := FORMATS[format_of(case)].stream_bug(transcript.profile, case.id, mode):
                 checks = judged_with_stream_bug(checks, bug)
         except Exception as exc:  # must not stop the run: a malformed answer fails, a bug of ours is an error
             checks = [_unreadable(transcript, companion, exc)]
