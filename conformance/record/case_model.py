@@ -29,6 +29,20 @@ DEFAULT_GRANULARITIES: tuple[str, ...] = ("3", WHOLE_OUTPUT)
 # server's own --stream-interval for the request, and sends the first token at once all the same).
 STREAM_INTERVAL_FIELD = "stream_interval"
 GRANULARITY_FEATURE = "stream_granularity"  # the feature every granular stream's result is listed under
+# The second turn of a tool loop, as one rebuilder (a client) sent it back: "turn2@<rebuilder>"
+# (conformance.run.second_turn). Its results are listed under the feature of a conversation holding a call.
+SECOND_TURN_PREFIX = "turn2@"
+SECOND_TURN_FEATURE = "multi_turn"
+
+
+def second_turn_mode(rebuilder: str) -> Mode:
+    """The mode of a case's second turn as `rebuilder` sends it."""
+    return SECOND_TURN_PREFIX + rebuilder
+
+
+def rebuilder_of(mode: Mode) -> str | None:
+    """The rebuilder of a second-turn mode (None: a mode of the first turn)."""
+    return mode.removeprefix(SECOND_TURN_PREFIX) if mode.startswith(SECOND_TURN_PREFIX) else None
 
 
 def is_stream(mode: Mode) -> bool:
@@ -50,9 +64,11 @@ def tokens_per_delta(mode: Mode) -> int | None:
 
 
 def mode_order(mode: Mode) -> tuple[int, int]:
-    """Sort key: non-stream, stream, then the granular streams by their tokens per delta (a stream is
-    judged against the non-stream, a granular stream against the one-token stream)."""
-    return (MODES.index(mode), 0) if mode in MODES else (len(MODES), tokens_per_delta(mode) or 0)
+    """Sort key: non-stream, stream, the granular streams by their tokens per delta (a stream is
+    judged against the non-stream, a granular stream against the one-token stream), then the second turns."""
+    if mode in MODES:
+        return (MODES.index(mode), 0)
+    return (len(MODES), tokens_per_delta(mode) or 0) if rebuilder_of(mode) is None else (len(MODES) + 1, 0)
 MESSAGE_FIELDS = ("reasoning", "content", "tool_calls")
 
 
@@ -143,6 +159,17 @@ class Natural:
 
 
 @dataclass(frozen=True)
+class SecondTurn:
+    """A tool loop's second turn: the tool messages' contents (one per call of turn 1) and the turn the
+    model writes next; rendered in a format, its forced text and reference (as a turn case's)."""
+
+    tool_results: tuple[str, ...]
+    turn: ExpectedMessage
+    force: str | None = None
+    reference: Expectation | None = None
+
+
+@dataclass(frozen=True)
 class Case:
     """One case, tools resolved. Treat `request` as read-only (deep-copy it before changing it)."""
 
@@ -169,6 +196,7 @@ class Case:
     turn: ExpectedMessage | None = None
     reference: Expectation | None = None
     shape: str | None = None  # a change to a turn's rendered text (conformance.suite.format_cases.SHAPES)
+    second_turn: SecondTurn | None = None
 
     def tool_parameters(self) -> dict[str, dict[str, Any]]:
         """Each request tool's JSON Schema for its arguments, by function name (chat or responses shape)."""
@@ -203,6 +231,8 @@ def build_case(raw: dict[str, Any], index: int, tools: Mapping[str, Any], source
         format=raw.get("format"),
         turn=build_message(raw["turn"]) if "turn" in raw else None,
         shape=raw.get("shape"),
+        second_turn=(SecondTurn(tuple(raw["second_turn"]["tool_results"]), build_message(raw["second_turn"]["turn"]))
+                     if "second_turn" in raw else None),
     )
 
 

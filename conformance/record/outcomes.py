@@ -24,6 +24,8 @@ SkipKind = Literal[
     "other_fixture_variant",  # the case needs another variant of the tiny checkpoint than the run serves
     "other_format",  # the case's forced text is written in another response format than the run serves
     "granularity_not_asked",  # the server cannot be asked for several tokens per stream delta
+    "first_turn_unusable",  # a second turn: the server's turn-1 answer has no call to answer (judged there)
+    "client_unavailable",  # a second turn: the client library that rebuilds it is not installed here
 ]
 SKIP_KINDS: tuple[str, ...] = get_args(SkipKind)
 

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance.record.case_model import GRANULARITY_FEATURE, Case, Mode, tokens_per_delta
+from conformance.record.case_model import (
+    GRANULARITY_FEATURE,
+    SECOND_TURN_FEATURE,
+    Case,
+    Mode,
+    rebuilder_of,
+    tokens_per_delta,
+)
 from conformance.record.outcomes import BLOCKING_KINDS, ERROR, FAIL, FINDING, PASS, SCHEMA, SKIP, Check, SkipKind
 from conformance.record.recording import records
 from conformance.record.transcript import Transcript, TranscriptError
@@ -86,7 +93,9 @@ def outcome_of(checks: Sequence[Check]) -> tuple[str, str, SkipKind | None]:
 
 # Skips never counted against a verdict: the case declares it, or it needs another checkpoint variant
 # than the run serves (the run's own choice; cases/README.md, "Fixture variant").
-ALWAYS_ALLOWED_SKIPS = frozenset({"declared", "other_fixture_variant", "other_format", "granularity_not_asked"})
+# A second turn not sent because its first turn failed is counted there; a client not installed is the machine's.
+ALWAYS_ALLOWED_SKIPS = frozenset({"declared", "other_fixture_variant", "other_format", "granularity_not_asked",
+                                  "first_turn_unusable", "client_unavailable"})
 
 
 def make_result(case: Case, transcript: Transcript, checks: list[Check],
@@ -105,10 +114,17 @@ def make_result(case: Case, transcript: Transcript, checks: list[Check],
         model_miss=skip_kind == "model_miss",
         skip_kind=skip_kind,
         skip_allowed=skip_kind in ALWAYS_ALLOWED_SKIPS or skip_kind in allowed_skips,
-        features=tuple(case.features or ()) + ((GRANULARITY_FEATURE,) if tokens_per_delta(transcript.mode) else ()),
+        features=_features(case, transcript.mode),
         description=case.description or "",
         checks=checks,
     )
+
+
+def _features(case: Case, mode: str) -> tuple[str, ...]:
+    """The case's features and the runner's for the mode: a granular stream's, a second turn's."""
+    features = tuple(case.features or ())
+    runner = GRANULARITY_FEATURE if tokens_per_delta(mode) else SECOND_TURN_FEATURE if rebuilder_of(mode) else None
+    return features + ((runner,) if runner and runner not in features else ())
 
 
 @dataclass

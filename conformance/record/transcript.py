@@ -72,6 +72,10 @@ class Transcript:
     # Forced requests: what the server's tokenizer says of the returned token ids (conformance.servers.forcing):
     # [] = exactly the forced text, every marker as its single token; None = could not be verified.
     forcing_problems: list[str] | None = None
+    # A second turn (conformance.run.second_turn): the prompts the server rendered, by what was rendered
+    # ("sent", "reference", "reference_without_reasoning"), or why they could not be read.
+    prompts: dict[str, str] | None = None
+    prompts_error: str | None = None
 
     @property
     def answered(self) -> bool:

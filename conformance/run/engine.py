@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import functools
 import gc
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,6 +28,8 @@ from conformance.record.case_model import (
     granular_mode,
     is_stream,
     mode_order,
+    rebuilder_of,
+    second_turn_mode,
     tokens_per_delta,
 )
 from conformance.record.outcomes import Check, SkipKind
@@ -39,7 +41,21 @@ from conformance.run.checks.granularity import judged_with_stream_bug
 from conformance.run.checks.shape import shape_failure, shape_problems
 from conformance.run.driver import DEFAULT_CONCURRENCY, Target, fetch_server_version, make_clients, request_body, send
 from conformance.run.judge import judge
-from conformance.servers.forcing import VERIFIED_ENDPOINTS, ForcingUnsupported, ServerRefused, TokensUnavailable
+from conformance.run.second_turn import (
+    TurnRebuilder,
+    first_turn_job,
+    judge_second_turn,
+    rendered_prompts,
+    turn2_case,
+    turn2_request,
+)
+from conformance.servers.forcing import (
+    VERIFIED_ENDPOINTS,
+    ForcingUnsupported,
+    ServerRefused,
+    ServerTokenizer,
+    TokensUnavailable,
+)
 from conformance.servers.profile import STREAM_INTERVAL_WORDS
 from conformance.servers.profiles import PROFILES, expectation_for, profile_record, served_variant
 from conformance.util.progress import Progress
@@ -53,9 +69,19 @@ class RunOutput:
     transcripts: list[Transcript]  # in the order they were recorded (as in transcripts.jsonl)
 
 
-def request_count(cases: Sequence[Case], repeat: int = 1, granularities: Sequence[str] = ()) -> int:
+def request_count(cases: Sequence[Case], repeat: int = 1, granularities: Sequence[str] = (),
+                  rebuilders: Collection[str] = ()) -> int:
     """How many requests (and so results) a run of `cases` makes."""
-    return sum(len(case_modes(case, granularities)) for case in cases) * repeat
+    return sum(len(case_modes(case, granularities)) + len(second_turn_modes(case, rebuilders))
+               for case in cases) * repeat
+
+
+def second_turn_modes(case: Case, rebuilders: Collection[str]) -> tuple[Mode, ...]:
+    """The second turns a case is sent as, one per rebuilder (`conformance.run.second_turn`): a chat case
+    with a second turn, forced (a natural turn 1 has no known calls to answer)."""
+    if case.second_turn is None or case.endpoint != "chat" or case.turn is None:
+        return ()
+    return tuple(second_turn_mode(name) for name in rebuilders)
 
 
 def case_modes(case: Case, granularities: Sequence[str] = ()) -> tuple[Mode, ...]:
@@ -137,6 +163,13 @@ def judge_group(case: Case, by_mode: dict[str, Transcript], markers: Sequence[st
     a skip of a kind in `allowed_skips` (or declared by the case) is allowed."""
     results = []
     for mode, transcript in sorted(by_mode.items(), key=lambda item: mode_order(item[0])):
+        if rebuilder_of(mode) is not None:
+            try:
+                checks = judge_second_turn(case, transcript, markers)
+            except Exception as exc:  # as below
+                checks = [_unreadable(transcript, None, exc)]
+            results.append(make_result(case, transcript, checks, allowed_skips))
+            continue
         companion = by_mode.get("non-stream") if is_stream(mode) else None
         one_token_stream = by_mode.get("stream") if tokens_per_delta(mode) is not None else None
         try:
@@ -259,6 +292,13 @@ def _not_sent(case: Case, target: Target, mode: Mode, repeat: int, why: NotSent,
                       transport_error=why.reason)
 
 
+def _turn2_not_sent(case: Case, target: Target, mode: Mode, repeat: int, why: NotSent) -> Transcript:
+    """A second turn not sent: a skip, or an error (nothing to send: no body was made)."""
+    return Transcript(case.id, mode, target.profile, case.endpoint, target.stamp(), {}, repeat=repeat,
+                      skip_reason=why.reason if why.kind else None, skip_kind=why.kind,
+                      transport_error=None if why.kind else why.reason)
+
+
 def _progress_line(result: CaseResult) -> str:
     """One result as a log line: profile, case[mode], outcome, and why when it is not a pass."""
     reason = f" ({result.reason[:120]})" if result.reason and result.outcome != "pass" else ""
@@ -277,9 +317,12 @@ async def run_async(
     progress: bool | Progress = False,
     allowed_skips: Collection[str] = (),
     granularities: Sequence[str] = (),
+    rebuilders: Mapping[str, TurnRebuilder] | None = None,
 ) -> RunOutput:
     """Send `cases` to `target` (see the module docstring); `granularities` are the tokens per delta each
-    forced chat stream is also asked for (none in natural mode: natural outputs differ between requests)."""
+    forced chat stream is also asked for, `rebuilders` the clients that send a case's second turn back
+    (none of either in natural mode: natural outputs differ between requests)."""
+    rebuilders = {} if natural or rebuilders is None else dict(rebuilders)
     if natural:
         granularities = ()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -302,11 +345,15 @@ async def run_async(
         transcripts: list[Transcript] = []
         # True: a bar of its own; a Progress: one that several runs share (its owner closes it)
         own_bar = progress is True
-        bar = Progress(request_count(cases, repeat, granularities), "conformance") if own_bar else (progress or None)
+        bar = (Progress(request_count(cases, repeat, granularities, rebuilders), "conformance") if own_bar
+               else (progress or None))
         method = profile_record(target.profile).forcing
         # one per run, made at the first forced answer (a profile that cannot force has none)
         tokenizer = functools.cache(lambda: method.tokenizer(target.root_url, target.model, target.api_key,
                                                              target.timeout))
+        # the server's own chat rendering, for second turns (made at the first one)
+        renderer = functools.cache(lambda: ServerTokenizer(target.root_url, target.model, target.api_key,
+                                                           target.timeout))
 
         async def one_request(case: Case, mode: Mode, repeat_index: int, forcing: dict[str, Any] | None,
                               not_sent: NotSent | None) -> Transcript:
@@ -334,13 +381,60 @@ async def run_async(
             forcing, not_sent = await _forcing_for(case, target, natural, tokenizer)  # the same for every mode
             recorded = await asyncio.gather(*(one_request(case, mode, repeat_index, forcing, not_sent)
                                               for mode in modes))
-            judged = judge_group(case, dict(zip(modes, recorded)), markers, allowed_skips)
+            record_results(judge_group(case, dict(zip(modes, recorded)), markers, allowed_skips))
+            if second_turn_modes(case, rebuilders):
+                await second_turns(case, repeat_index, dict(zip(modes, recorded)).get("non-stream"), not_sent)
+
+        def record_results(judged: list[CaseResult]) -> None:
             results.extend(judged)
             if writers:
                 writers[1].write_all(result.to_dict() for result in judged)  # one flush for the case's modes
             if bar is not None:
                 for result in judged:
                     bar.advance(f"{result.name} {result.outcome}", _progress_line(result))
+
+        async def second_turns(case: Case, repeat_index: int, first: Transcript | None,
+                               first_not_sent: NotSent | None) -> None:
+            """Each rebuilder's turn 2 after the case's non-streaming turn 1: rebuilt (a client library in a
+            thread), sent forced, the server's renderings of its prompt recorded, judged."""
+            job = first_turn_job(case, first)
+            turn2 = turn2_case(case, case.request)
+            forcing, not_sent = await _forcing_for(turn2, target, natural, tokenizer)
+            if turn2.force is None:  # the format cannot express it: the reference says why
+                not_sent = NotSent("declared", turn2.reference.skip if turn2.reference and turn2.reference.skip
+                                   else "the second turn has no forced text in this format")
+            not_sent = first_not_sent or not_sent or (NotSent("first_turn_unusable", job) if isinstance(job, str)
+                                                      else None)
+
+            async def one(name: str, rebuild: TurnRebuilder) -> Transcript:
+                mode = second_turn_mode(name)
+                if not_sent is not None or isinstance(job, str):
+                    return _turn2_not_sent(case, target, mode, repeat_index, not_sent or NotSent(None, str(job)))
+                body = (await asyncio.to_thread(rebuild, [job])).get(job.key)
+                if body is None or body.body is None:
+                    why = body.error if body is not None else "the rebuilder gave no body"
+                    return _turn2_not_sent(case, target, mode, repeat_index, NotSent(
+                        "client_unavailable" if body is not None and not body.available else None,
+                        f"{name} did not send a second turn: {why}"))
+                sent = turn2_case(case, turn2_request(case, body.body))
+                async with semaphore:
+                    transcript = await send(clients, target, sent, mode, forcing=forcing, repeat=repeat_index)
+                if transcript.status == 200:
+                    transcript.forcing_problems = await _verify_within(
+                        target.timeout, method.verify(tokenizer(), sent, transcript, FORMATS[target.format].marker_tokens))
+                try:
+                    async with asyncio.timeout(target.timeout):
+                        transcript.prompts = await rendered_prompts(renderer(), case, sent.request, job.answer)
+                except (ForcingUnsupported, ServerRefused, TimeoutError, OSError, ValueError, LookupError) as exc:
+                    transcript.prompts_error = target.redact(f"{type(exc).__name__}: {exc}")
+                return transcript
+
+            recorded = await asyncio.gather(*(one(name, rebuild) for name, rebuild in rebuilders.items()))
+            for transcript in recorded:
+                transcripts.append(transcript)
+                if writers:
+                    writers[0].write(transcript.to_dict())
+            record_results(judge_group(case, {t.mode: t for t in recorded}, markers, allowed_skips))
 
         tasks = [asyncio.ensure_future(one_case(case, r)) for r in range(repeat) for case in cases]
         try:
@@ -353,6 +447,8 @@ async def run_async(
                 bar.close()
             if tokenizer.cache_info().currsize:  # made at the first forced answer
                 tokenizer().close()
+            if renderer.cache_info().currsize:
+                renderer().close()
             if writers:
                 for writer in writers:
                     writer.close()
@@ -427,6 +523,12 @@ def _recording_mismatch(case: Case | None, transcript: Transcript) -> str | None
     if case is None:
         return f"case {transcript.case_id!r} is not in the case set"
     if transcript.skip_reason:
+        return None
+    if rebuilder_of(transcript.mode) is not None:  # its body is the client's: only the forced text is the case's
+        if case.second_turn is None:
+            return f"case {case.id!r} no longer has a second turn; it was recorded with one"
+        if transcript.forced and transcript.forced_text != case.second_turn.force:
+            return f"case {case.id!r} changed since it was recorded: the second turn's forced output differs"
         return None
     if transcript.forced and case.force is None:
         return f"case {case.id!r} no longer forces an output; it was recorded with one"

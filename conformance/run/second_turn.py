@@ -12,8 +12,17 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from conformance.record.case_model import Case
+from conformance.record.outcomes import Check
+from conformance.record.transcript import Transcript
+from conformance.run.checks.second_turn import check_turn2_prompt
+from conformance.run.judge import judge
+from conformance.servers.forcing import ServerTokenizer
+from conformance.servers.profiles import profile_record
+from conformance.suite.format_cases import second_turn_conversation
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,7 @@ class TurnBody:
 
     body: dict[str, Any] | None
     error: str | None = None
+    available: bool = True  # False: the client cannot run here (not installed); `error` says why
 
 
 # A rebuilder: every job of a run at once (a client may need a process per batch), answered by job key.
@@ -92,3 +102,68 @@ REASONING_REBUILDERS: dict[str, TurnRebuilder] = {
     "both-reasoning-fields": _hand_written(("reasoning", "reasoning_content")),
     "no-reasoning": _hand_written(()),
 }
+
+
+# The run controls a client may leave out of its turn-2 body (its idiom sends messages and tools only):
+# the run adds the case's own, so the forced answer stays bounded.
+RUN_CONTROLS = ("max_tokens", "temperature")
+
+
+def first_turn_job(case: Case, first: Transcript | None) -> TurnJob | str:
+    """What the rebuilders get from the server's non-streaming turn-1 answer, or why there is none
+    to answer (that answer is judged in its own mode)."""
+    assert case.second_turn is not None
+    if first is None or first.status != 200 or first.response is None:
+        status = "no answer" if first is None or first.status is None else f"HTTP {first.status}"
+        return f"the server's non-streaming turn-1 answer is not a completion to answer ({status})"
+    calls = answer_message(first.response).get("tool_calls") or []
+    wanted = len(case.second_turn.tool_results)
+    if len(calls) != wanted:
+        return f"the server's non-streaming turn-1 answer has {len(calls)} tool call(s); the second turn answers {wanted}"
+    return TurnJob(f"{case.id}#{first.repeat}", copy.deepcopy(case.request), first.response,
+                   case.second_turn.tool_results)
+
+
+def turn2_request(case: Case, body: Mapping[str, Any]) -> dict[str, Any]:
+    """A rebuilt turn-2 body with the case's run controls it left out."""
+    request = copy.deepcopy(dict(body))
+    for key in RUN_CONTROLS:
+        if key in case.request and key not in request:
+            request[key] = case.request[key]
+    return request
+
+
+def turn2_case(case: Case, request: Mapping[str, Any]) -> Case:
+    """The case as its second turn: `request` (the rebuilt body) sent, forcing and judged against the
+    second turn's rendered text and reference."""
+    assert case.second_turn is not None
+    return replace(case, request=dict(request), force=case.second_turn.force, reference=case.second_turn.reference,
+                   turn=case.second_turn.turn, expect={}, shape=None, second_turn=None)
+
+
+def reference_conversations(case: Case, answer: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The turn-2 conversation as the model wrote turn 1 (the case's turn, with the server's call ids),
+    with and without its reasoning: what the model was trained to see next."""
+    assert case.turn is not None
+    ids = [call.get("id") for call in answer_message(answer).get("tool_calls") or []]
+    first = case.turn
+    return {"reference": second_turn_conversation(case, first, ids, api=True),
+            "reference_without_reasoning": second_turn_conversation(case, replace(first, reasoning=None), ids,
+                                                                    api=True)}
+
+
+async def rendered_prompts(tokenizer: ServerTokenizer, case: Case, request: Mapping[str, Any],
+                           answer: Mapping[str, Any]) -> dict[str, str]:
+    """The prompts the server renders for the request as sent and for the reference conversations."""
+    conversations = {"sent": list(request["messages"]), **reference_conversations(case, answer)}
+    tools = request.get("tools") or case.request.get("tools")
+    return {name: await tokenizer.render_chat(messages, tools) for name, messages in conversations.items()}
+
+
+def judge_second_turn(case: Case, transcript: Transcript, markers: Sequence[str]) -> list[Check]:
+    """A second turn's checks: the answer (accepted, forced, judged against the second turn's reference)
+    and the prompt the server rendered for it."""
+    checks = judge(turn2_case(case, transcript.request or case.request), transcript, markers=markers)
+    if transcript.skip_reason is None and transcript.status == 200:
+        checks.append(check_turn2_prompt(transcript, profile_record(transcript.profile).reasoning_input_fields))
+    return checks

@@ -182,6 +182,15 @@ class ServerTokenizer:
         key = tuple(token_ids)
         return await self._answer(("/detokenize", key), {"model": self.model, "tokens": list(key)}, "prompt")
 
+    async def render_chat(self, messages: Sequence[Any], tools: Sequence[Any] | None) -> str:
+        """The prompt the server renders for a conversation (its chat template, generation prompt added):
+        the ids of its /tokenize for `messages`, decoded by its /detokenize."""
+        body: dict[str, Any] = {"model": self.model, "messages": list(messages), "add_generation_prompt": True}
+        if tools:
+            body["tools"] = list(tools)
+        ids = await self._answer(("/tokenize", ("chat", json.dumps(body, sort_keys=True))), body, "tokens")
+        return await self.detokenize(ids)
+
     async def _answer(self, key: tuple[str, Any], body: dict, field: str) -> Any:
         """The `field` of the server's answer to `body` at path key[0], asked at most once per key."""
         while (asking := self._asking.get(key)) is not None:  # another task asks: its answer or its error

@@ -123,6 +123,10 @@ class Profile:
     # frontend 0.32 on), as measured: granular streams (`stream@N`) are sent only where it is honoured; on
     # any other server they are a skip of kind `granularity_not_asked` saying which.
     stream_interval: StreamInterval = "unknown"
+    # The fields of an assistant message it renders reasoning from when a conversation is sent back (a
+    # second turn, conformance.run.checks.second_turn): reasoning sent only under another field is lost, the
+    # client's finding. None: not known (reasoning sent under any name must then reach the prompt).
+    reasoning_input_fields: tuple[str, ...] | None = None
 
     @property
     def stream_interval_per_request(self) -> bool:

@@ -53,7 +53,14 @@ def vllm_profile(name: str, flags: tuple[str, ...], description: str,
         forcing=RegexForcing(), version_probe=VersionProbe(), reasoning_field="reasoning",
         expectation_fallback=expectation_fallback, cors_advice=vllm_cors_advice(f"vLLM {release}"),
         expected_version=expected_version, rules=VLLM_RULES, stream_interval="honoured",
+        reasoning_input_fields=REASONING_INPUT_FIELDS.get(release),
     )  # fmt: skip
+
+
+# Where each release reads an assistant message's reasoning from (its chat preprocessing). 0.32: only
+# `reasoning` (vllm/renderers/chat_utils.py, `_parse_chat_message_content`: `message.get("reasoning")`, handed
+# to the template as both names), though its message type still declares `reasoning_content`, "Deprecated".
+REASONING_INPUT_FIELDS: dict[str, tuple[str, ...]] = {"0.32": ("reasoning",)}
 
 
 HF_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hf", "--reasoning-parser", "hf")

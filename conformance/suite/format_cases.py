@@ -16,8 +16,9 @@ tiny checkpoint's) and a run serving another skips it (`conformance.run.engine.o
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -29,6 +30,7 @@ from conformance.record.case_model import (
     Expectation,
     ExpectedMessage,
     ExpectedToolCall,
+    SecondTurn,
     build_message,
 )
 
@@ -59,10 +61,52 @@ def rendered(case: Case, form: Format, subject: Subject | None) -> Case:
     try:
         raw, reference = _raw_and_reference(case, form, subject)
     except Inexpressible as exc:
-        return replace(case, force=None, format=form.name,
-                       reference=Expectation(skip=f"the {form.name} format cannot express this turn: {exc}"))
+        skip = Expectation(skip=f"the {form.name} format cannot express this turn: {exc}")
+        second = case.second_turn and replace(case.second_turn, force=None, reference=skip)
+        return replace(case, force=None, format=form.name, reference=skip, second_turn=second)
+    second = case.second_turn and _second_turn_in(case, reference, form, subject)
     return replace(case, force=raw, format=form.name, reference=reference,
-                   expect={**case.expect, **deviations(case.id, form, reference)})
+                   expect={**case.expect, **deviations(case.id, form, reference)}, second_turn=second)
+
+
+def second_turn_conversation(case: Case, first: ExpectedMessage, ids: Sequence[str],
+                             api: bool = False) -> list[dict[str, Any]]:
+    """The case's conversation, the turn-1 `first` as its model wrote it (calls named by `ids`) and the
+    second turn's tool messages: what a turn-2 request holds. Arguments as chat templates read them
+    (JSON values), or (`api`) as the API carries them, JSON text."""
+    assert case.second_turn is not None
+    message = assistant_message(first)
+    if api and not first.content:  # no content is null on the wire: vLLM renders "" as a text part, a newline more
+        message["content"] = None
+    if first.reasoning:
+        message["reasoning_content"] = first.reasoning
+    for call, call_id in zip(message.get("tool_calls", []), ids):
+        call["id"] = call_id
+        if api:
+            call["function"]["arguments"] = json.dumps(call["function"]["arguments"], ensure_ascii=False)
+    tools = [{"role": "tool", "tool_call_id": call_id, "content": result}
+             for call_id, result in zip(ids, case.second_turn.tool_results)]
+    return [*case.request["messages"], message, *tools]
+
+
+def _second_turn_in(case: Case, first: Expectation, form: Format, subject: Subject | None) -> SecondTurn:
+    """The second turn in `form`: rendered after turn 1 as the case writes it and the tool results, like a
+    turn case (`first`, the format's parse of turn 1, must hold as many calls as there are results)."""
+    assert case.second_turn is not None and case.turn is not None and first.message is not None
+    if len(first.message.tool_calls) != len(case.second_turn.tool_results):
+        return replace(case.second_turn, reference=Expectation(
+            skip=f"the {form.name} format reads {len(first.message.tool_calls)} call(s) in turn 1; the second turn "
+                 f"answers {len(case.second_turn.tool_results)}"))
+    ids = [f"call_{index}" for index in range(len(case.turn.tool_calls))]
+    conversation = second_turn_conversation(case, case.turn, ids)
+    turn2 = replace(case, request={**case.request, "messages": conversation}, turn=case.second_turn.turn,
+                    shape=None, second_turn=None)
+    try:
+        raw, reference = _raw_and_reference(turn2, form, subject)
+    except Inexpressible as exc:
+        return replace(case.second_turn, reference=Expectation(
+            skip=f"the {form.name} format cannot express the second turn: {exc}"))
+    return replace(case.second_turn, force=raw, reference=reference)
 
 
 def _raw_and_reference(case: Case, form: Format, subject: Subject | None) -> tuple[str, Expectation]:

@@ -1,0 +1,82 @@
+"""The prompt a server rendered for a second turn (`conformance.run.second_turn`), judged against the
+same server's rendering of the conversation as the model wrote turn 1.
+
+The server renders three conversations (recorded in `Transcript.prompts`): the request as the client
+sent it (`sent`), the reference (turn 1 as the format's parse reads the model's text: its calls with
+the arguments the model wrote, its reasoning) and the reference without the reasoning. Sent equal to
+the reference: the model sees its own turn. Equal to the reference without reasoning while the chat
+template keeps reasoning: the reasoning is lost, the server's fault when the client sent it back (in a
+field the server does not read), a finding when the client sent none. Anything else: the model sees a
+turn it did not write (a call's arguments changed, a call lost), shown where the two prompts part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from conformance.record.outcomes import FAIL, FINDING, PASS, SKIP, Check
+from conformance.record.transcript import Transcript
+
+REASONING_KEYS = ("reasoning", "reasoning_content")
+CHECK = "second_turn_prompt"
+
+
+def check_turn2_prompt(transcript: Transcript, read_fields: tuple[str, ...] | None) -> Check:
+    """`read_fields`: where the server reads reasoning from (its profile record; None: not known)."""
+    prompts = transcript.prompts
+    if transcript.prompts_error or not prompts:
+        return Check(CHECK, SKIP, reason=f"the server's rendering of the second turn could not be read: "
+                                         f"{transcript.prompts_error or 'not recorded'}")
+    sent, reference, bare = prompts["sent"], prompts["reference"], prompts["reference_without_reasoning"]
+    fields = reasoning_fields_sent(transcript.request)
+    unread = [field for field in fields if read_fields is not None and field not in read_fields]
+    # only whitespace apart (a text field sent back with whitespace the model did not write there): a finding
+    spaced = "" if sent in (reference, bare) else " (and in whitespace: a text field sent back with whitespace " \
+        "the model did not write there)"
+    if _compact(sent) == _compact(reference):
+        if fields and unread == fields and reference != bare:
+            return Check(CHECK, FAIL, reason=f"the server rendered the reasoning sent back as {' and '.join(fields)}, "
+                         f"which its profile record says it does not read (it reads {', '.join(read_fields or ())}): "
+                         "the record is stale")
+        if spaced:
+            return Check(CHECK, FAIL, FINDING, reason="the prompt the server rendered for the second turn differs from "
+                         "the conversation as the model wrote it only in whitespace" + spaced,
+                         expected=_around(reference, sent), actual=_around(sent, reference))
+        return Check(CHECK, PASS, reason="the server renders turn 1 as the model wrote it")
+    if _compact(sent) == _compact(bare):
+        if not fields or unread == fields:
+            how = (f"sent it back as {' and '.join(fields)}, which the server does not read (it reads "
+                   f"{', '.join(read_fields or ())})" if fields else "sent no reasoning back")
+            return Check(CHECK, FAIL, FINDING, reason=f"the turn-1 reasoning is not in the prompt: the client {how}, "
+                         "and the chat template renders reasoning: the model sees its calls without it" + spaced)
+        return Check(CHECK, FAIL, reason=f"the turn-1 reasoning sent back as {' and '.join(fields)} is not in the "
+                     "prompt the server rendered, though its chat template renders reasoning" + spaced,
+                     expected=_around(reference, sent), actual=_around(sent, reference))
+    return Check(CHECK, FAIL, reason=f"the prompt the server rendered for the second turn is not the conversation "
+                 f"as the model wrote it, from character {first_difference(reference, sent)} on: the model sees a "
+                 "turn it did not write", expected=_around(reference, sent), actual=_around(sent, reference))
+
+
+def _compact(text: str) -> str:
+    return "".join(text.split())
+
+
+def reasoning_fields_sent(request: Mapping[str, Any]) -> list[str]:
+    """The reasoning fields of the request's last assistant message that hold text."""
+    assistants = [m for m in request.get("messages") or [] if isinstance(m, Mapping) and m.get("role") == "assistant"]
+    if not assistants:
+        return []
+    return [key for key in REASONING_KEYS if isinstance(assistants[-1].get(key), str) and assistants[-1][key]]
+
+
+def first_difference(a: str, b: str) -> int:
+    """The first index where `a` and `b` differ (the shorter one's length when one is the other's prefix)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def _around(text: str, other: str, context: int = 60) -> str:
+    """`text` around where it parts from `other`."""
+    at = first_difference(text, other)
+    return ("…" if at > context else "") + text[max(0, at - context):at + context] + \
+        ("…" if at + context < len(text) else "")
