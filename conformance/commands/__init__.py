@@ -8,6 +8,7 @@ import math
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from conformance.record.case_model import GRANULARITIES, WHOLE_OUTPUT
 from conformance.util import exit_codes
@@ -65,6 +66,33 @@ def add_granularities_argument(parser: argparse.ArgumentParser, default: tuple[s
              "and must reassemble to its one-token stream: a comma-separated list of tokens per delta (from 2, or "
              f"`{WHOLE_OUTPUT}`: every token after the first in one delta), `all` ({','.join(GRANULARITIES)}) or `none` "
              f"(default: {','.join(default) or 'none'}). A server that cannot be asked per request skips them.")
+
+
+def add_second_turn_argument(parser: argparse.ArgumentParser, default: str) -> None:
+    """`--second-turn`, as `run` (default: none) and `gate` (default: all) take it."""
+    parser.add_argument(
+        "--second-turn", default=default, metavar="LIST",
+        help="a case with a second turn is also sent on: its non-streaming answer rebuilt by each named client into "
+             "the tool loop's next request (the real client libraries openai-python, langchain-openai, litellm, "
+             "ai-sdk, and hand-written clients sending reasoning back as reasoning, reasoning_content, "
+             "both-reasoning-fields or no-reasoning), accepted, rendered as the model wrote turn 1 and answered: a "
+             f"comma-separated list, `all` or `none` (default: {default})")
+
+
+def second_turn_rebuilders(text: str) -> dict[str, Any]:
+    """The rebuilders `--second-turn` names (by name); ValueError names an unknown one."""
+    from conformance.clients.second_turn import CLIENT_REBUILDERS
+    from conformance.run.second_turn import REASONING_REBUILDERS
+
+    known = {**CLIENT_REBUILDERS, **REASONING_REBUILDERS}
+    if text in ("all", "none"):
+        return known if text == "all" else {}
+    chosen = [part.strip() for part in text.split(",")]
+    unknown = [name for name in chosen if name not in known]
+    if unknown:
+        raise ValueError(f"--second-turn: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(known)}, "
+                         "all or none")
+    return {name: known[name] for name in dict.fromkeys(chosen)}
 
 
 def add_json_argument(parser: argparse.ArgumentParser, document: str) -> None:

@@ -16,9 +16,11 @@ from conformance.commands import (
     add_granularities_argument,
     add_json_argument,
     add_out_arguments,
+    add_second_turn_argument,
     add_verb,
     json_output,
     recorded_files,
+    second_turn_rebuilders,
     timeout_problem,
 )
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
@@ -93,6 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     gate.add_argument("--origin", default=None, metavar="ORIGIN",
                       help="browser origin of the CORS preflight sent to both sides (default: http://localhost:3000)")
     add_granularities_argument(gate, default=DEFAULT_GRANULARITIES)
+    add_second_turn_argument(gate, default="all")
     gate.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
                       help=f"requests in flight per side (default: {DEFAULT_CONCURRENCY})")
     gate.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="S",
@@ -342,15 +345,19 @@ def _run_gate(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
         return _error("gate", str(exc))
     if not cases:
         return _error("gate", "no case matches the selection")
+    try:
+        rebuilders = second_turn_rebuilders(args.second_turn)
+    except ValueError as exc:
+        return _error("gate", str(exc))
     problems = _check_selectors(entries, [], args.cases)  # before any server is started
     if problems:
         return _error("gate", "\n".join(problems))
     return _written_out("gate", args, Path("reports"),
-                        lambda out_dir: _gate_into(out_dir, args, sides, cases, entries, source, emit))
+                        lambda out_dir: _gate_into(out_dir, args, sides, cases, entries, source, emit, rebuilders))
 
 
 def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases: list[Any], entries: list[Any],
-               source: dict[str, Any], emit: Callable[[str], None]) -> int:
+               source: dict[str, Any], emit: Callable[[str], None], rebuilders: dict[str, Any]) -> int:
     """Run both sides into `out_dir`, then write the gate of their recordings (of what they recorded, when
     interrupted)."""
     from conformance.compare.gate import build_gate
@@ -366,7 +373,8 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
         with targets_for(sides, out_dir, api_key="EMPTY", timeout=args.timeout,
                          forcing=forcing_fields(args.forcing), meanwhile=_import_reports) as (runs, release):
             recordings, cors = run_gate_sides(runs, cases, out_dir, concurrency=args.concurrency,
-                                              origin=args.origin or DEFAULT_ORIGIN, granularities=args.granularities)
+                                              origin=args.origin or DEFAULT_ORIGIN, granularities=args.granularities,
+                                              rebuilders=rebuilders)
             release()  # the servers shut down while the reports are written
             write_side_reports(out_dir, recordings)
             gate = build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source)

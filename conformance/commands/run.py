@@ -16,9 +16,11 @@ from conformance.commands import (
     add_granularities_argument,
     add_json_argument,
     add_out_arguments,
+    add_second_turn_argument,
     add_verb,
     json_output,
     recorded_files,
+    second_turn_rebuilders,
     timeout_problem,
 )
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
@@ -73,6 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"requests in flight at once (default: {DEFAULT_CONCURRENCY})")
     parser.add_argument("--repeat", type=int, default=1, metavar="K", help="run every case K times; reports pass@K")
     add_granularities_argument(parser, default=())  # a sweep of the cases as written; the gate adds a few
+    add_second_turn_argument(parser, default="none")
     parser.add_argument("--case", action="append", default=[], metavar="ID", help="only this case (repeatable)")
     parser.add_argument("--feature", action="append", default=[], metavar="TAG",
                         help="only cases with this feature tag (repeatable)")
@@ -138,6 +141,10 @@ def _run(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
         return _usage_error("--out is the directory for the run's files; `-` (standard output) cannot hold them")
     if args.natural:  # natural outputs differ between requests: no stream to compare a granular one with
         args.granularities = ()
+    try:  # natural outputs have no known calls to answer: no second turn
+        args.rebuilders = {} if args.natural else second_turn_rebuilders(args.second_turn)
+    except ValueError as exc:
+        return _usage_error(str(exc))
     if args.repeat < 1 or args.concurrency < 1 or args.max_line_bytes < 1:
         return _usage_error("--repeat, --concurrency and --max-line-bytes must be at least 1")
     try:
@@ -177,9 +184,11 @@ def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out
         output = run_engine(
             cases, target, out_dir, concurrency=args.concurrency, repeat=args.repeat, natural=args.natural,
             markers=markers, progress=True, allowed_skips=args.allow_skip, granularities=args.granularities,
+            rebuilders=args.rebuilders,
         )  # fmt: skip
     except KeyboardInterrupt as stop:
-        emit(_report_interrupted_run(out_dir, expected=request_count(cases, args.repeat, args.granularities),
+        emit(_report_interrupted_run(out_dir, expected=request_count(cases, args.repeat, args.granularities,
+                                                                   args.rebuilders),
                                      target=target))
         return exit_codes.stopped_by(exit_codes.signal_of(stop))
     paths = write_reports(out_dir, output.results, output.stamp, output.transcripts)

@@ -16,6 +16,8 @@ would notice, and every difference is classified (`DifferenceKind`) with both si
 * `client_replay`: openai-python's own accumulator rebuilds the message on one side and not the other;
 * `stream_granularity`: a stream asked for several tokens per delta (`stream@N`) reassembles to its own
   one-token stream's message on one side and not on the other (the first divergent chunk named);
+* `multi_turn`: a second turn (`turn2@<client>`) the server refuses on one side only, or whose prompt the
+  server renders differently (the client sent back what each side's turn-1 answer gave it);
 * `outcome`: the case passes on one side and fails, errors or is skipped on the other.
 
 A granular stream's pair reports only what its one-token stream's pair does not already show (the same
@@ -26,10 +28,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from conformance.record.case_model import is_stream, tokens_per_delta
+from conformance.record.case_model import is_stream, rebuilder_of, tokens_per_delta
 from conformance.record.outcomes import Check
 from conformance.record.results import CaseResult
 from conformance.record.transcript import Transcript
@@ -44,13 +46,14 @@ from conformance.record.wire import (
     usage_of,
 )
 from conformance.run.checks.granularity import CHECK_NAME as SPLIT_INVARIANCE
+from conformance.run.checks.second_turn import first_difference
 from conformance.util.json_values import json_equal
 
 DifferenceKind = Literal["request_refused", "request_accepted", "message", "reasoning_field", "finish_reason",
-                         "stream_shape", "usage", "client_replay", "stream_granularity", "outcome"]
+                         "stream_shape", "usage", "client_replay", "stream_granularity", "multi_turn", "outcome"]
 DIFFERENCE_KINDS: tuple[DifferenceKind, ...] = ("request_refused", "request_accepted", "message", "reasoning_field",
                                                 "finish_reason", "stream_shape", "usage", "client_replay",
-                                                "stream_granularity", "outcome")
+                                                "stream_granularity", "multi_turn", "outcome")
 Side = Literal["baseline", "candidate"]
 
 
@@ -142,7 +145,12 @@ def diff_pair(pair: Pair) -> list[Difference]:
         return found + list(_preflight_differences(base, cand, make))
     refusal = {side: _refusal(t) for side, t in (("baseline", base), ("candidate", cand))}
     if refusal["baseline"] or refusal["candidate"]:
-        return found + list(_refusal_differences(refusal["baseline"], refusal["candidate"], make))
+        refused = list(_refusal_differences(refusal["baseline"], refusal["candidate"], make))
+        if rebuilder_of(pair.mode) is not None:  # a second turn refused: a difference of its own kind
+            refused = [replace(d, kind="multi_turn", summary=f"second turn as {rebuilder_of(pair.mode)} sends it: "
+                                                                f"{d.summary}") for d in refused]
+        return found + refused
+    found += _second_turn_differences(pair.mode, base, cand, make)
     views = {side: _view_of(t) for side, t in (("baseline", base), ("candidate", cand))}
     if views["baseline"] is None or views["candidate"] is None:
         return found
@@ -263,6 +271,20 @@ def _client_replay_differences(pair: Pair, make: Any) -> list[Difference]:
                  {"outcome": cand, "reason": cand_reason},
                  f"openai-python's accumulator: {base} under the baseline, {cand} under the candidate"
                  + (f" ({(cand_reason or base_reason)[:200]})" if cand_reason or base_reason else ""))]
+
+
+def _second_turn_differences(mode: str, base: Transcript, cand: Transcript, make: Any) -> list[Difference]:
+    """A second turn whose prompt the two servers render differently, shown where the renderings part."""
+    if rebuilder_of(mode) is None:
+        return []
+    prompts = [(t.prompts or {}).get("sent") for t in (base, cand)]
+    if None in prompts or prompts[0] == prompts[1]:
+        return []
+    at = first_difference(prompts[0], prompts[1])
+    excerpts = [text[max(0, at - 40):at + 60] for text in prompts]
+    return [make("multi_turn", "prompt", excerpts[0], excerpts[1],
+                 f"the prompt the server renders for the second turn as {rebuilder_of(mode)} sends it back differs "
+                 f"from character {at}: {excerpts[0]!r} under the baseline, {excerpts[1]!r} under the candidate")]
 
 
 def _check_named(result: CaseResult | None, name: str) -> Check | None:

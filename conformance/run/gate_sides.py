@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +24,7 @@ from conformance.record.case_model import PREFLIGHT_MODES, Case
 from conformance.record.run_dir import Recording
 from conformance.run.driver import Target, make_clients, send, target_of
 from conformance.run.engine import RunOutput, request_count, run_async
+from conformance.run.second_turn import TurnRebuilder
 from conformance.servers.launch import ServerStartError, start
 from conformance.servers.profiles import served_profile
 from conformance.util.progress import Progress
@@ -122,11 +123,11 @@ class GateSetupError(Exception):
 
 
 async def _run_both(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Path, concurrency: int,
-                    origin: str, granularities: Sequence[str]) -> dict[str, Any]:
-    with Progress(request_count(cases, 1, granularities) * len(runs), "gate") as bar:  # one display: both sides
+                    origin: str, granularities: Sequence[str], rebuilders: Mapping[str, TurnRebuilder]) -> dict[str, Any]:
+    with Progress(request_count(cases, 1, granularities, rebuilders) * len(runs), "gate") as bar:  # both sides
         outputs = await asyncio.gather(*(
             run_async(cases, run.target, out_dir / run.side.name, concurrency=concurrency, markers=run.markers,
-                      progress=bar, granularities=granularities)
+                      progress=bar, granularities=granularities, rebuilders=rebuilders)
             for run in runs
         ))  # fmt: skip
     for run, output in zip(runs, outputs):
@@ -137,9 +138,11 @@ async def _run_both(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Pat
 
 
 def run_gate_sides(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Path, *, concurrency: int,
-                   origin: str, granularities: Sequence[str] = ()) -> tuple[list[Recording], dict[str, Any]]:
-    """Run the cases on every side at once, each forced stream also at `granularities`; (recordings, CORS section)."""
-    cors = asyncio.run(_run_both(runs, cases, out_dir, concurrency, origin, granularities))
+                   origin: str, granularities: Sequence[str] = (), rebuilders: Mapping[str, TurnRebuilder] | None = None,
+                   ) -> tuple[list[Recording], dict[str, Any]]:
+    """Run the cases on every side at once, each forced stream also at `granularities`, each second turn as
+    `rebuilders` send it; (recordings, CORS section)."""
+    cors = asyncio.run(_run_both(runs, cases, out_dir, concurrency, origin, granularities, rebuilders or {}))
     recordings = []
     for run in runs:
         assert run.output is not None

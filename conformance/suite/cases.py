@@ -358,6 +358,7 @@ def _semantic_issues(
     endpoint = raw.get("endpoint", "chat")
     if "turn" in raw and endpoint != "chat":
         yield locator.issue([*at, "endpoint"], "a format-independent case (turn) is sent to chat completions only")
+    yield from _second_turn_issues(raw, at, locator)
     allowed = RESPONSES_STATUSES if endpoint == "responses" else CHAT_FINISH_REASONS
     expect = raw.get("expect") if isinstance(raw.get("expect"), dict) else {}
     for profile, expectation in expect.items():
@@ -385,6 +386,24 @@ def _semantic_issues(
         elif overridden and not tagged:
             yield locator.issue([*at, "features"], f"expect.{overridden[0]}.stream records a difference between "
                                 f"streaming and non-streaming: list the feature {STREAM_FEATURE!r}")
+
+
+def _second_turn_issues(raw: Mapping[str, Any], at: list[str | int], locator: _Locator) -> Iterator[Issue]:
+    """A second turn answers turn 1's calls as the model wrote them: one tool result per call, a plain turn
+    (no shape, no format delimiter named in it: the conversation sent back must be what the model wrote)."""
+    second, turn = raw.get("second_turn"), raw.get("turn")
+    if not isinstance(second, dict) or not isinstance(turn, dict):
+        return
+    calls, results = _list(turn.get("tool_calls")), _list(second.get("tool_results"))
+    if len(calls) != len(results):
+        yield locator.issue([*at, "second_turn", "tool_results"], f"{len(results)} tool result(s) for the "
+                            f"{len(calls)} call(s) of the turn: give one per call, in order")
+    if "shape" in raw:
+        yield locator.issue([*at, "shape"], "a case with a second turn sends turn 1 back as the model wrote it: "
+                            "no shape")
+    if "{{" in json.dumps(turn):
+        yield locator.issue([*at, "turn"], "a case with a second turn sends turn 1 back as the model wrote it: no "
+                            "format delimiter ({{...}}) in it")
 
 
 def _asks_usage(request: Mapping[str, Any]) -> bool:

@@ -100,7 +100,7 @@ TO_DO_SECTIONS = (
 MAX_ROWS_LISTED = 12  # cases named per to-do item; the rest are counted
 # To-do items, most breaking first: a refused request breaks a client outright, a usage count rarely.
 KIND_ORDER = {kind: i for i, kind in enumerate(("request_refused", "outcome", "request_accepted", "message",
-                                                 "reasoning_field", "finish_reason", "stream_granularity",
+                                                 "multi_turn", "reasoning_field", "finish_reason", "stream_granularity",
                                                  "stream_shape", "client_replay", "usage"))}
 
 
@@ -280,6 +280,20 @@ def _stream_granularity(member: Mapping[str, Any], labels: Labels) -> Advice:
                    Code(labels[who]), " at one token per delta, or use the non-streaming answer for tool calls."])
 
 
+def _multi_turn(member: Mapping[str, Any], labels: Labels) -> Advice:
+    mode = str(member.get("mode") or "")
+    client = mode.removeprefix("turn2@") or "a client"
+    if member.get("field") == "prompt":
+        return Advice(f"turn 2 renders differently as {client} sends it back", [
+            "a tool loop that sends the assistant message back as ", Code(client), " does shows the model another "
+            "prompt under ", Code(labels["candidate"]), " (see what changed: the text where the two parted); send "
+            "back what the model wrote (", Code("content: null"), " where it wrote none, the reasoning under the "
+            "field the server reads) or check the candidate's turn-2 answers."])
+    return Advice(f"turn 2 as {client} sends it back is refused or accepted differently", [
+        "the second request of a tool loop, as ", Code(client), " rebuilds it, gets another status under ",
+        Code(labels["candidate"]), ": change what the client sends back before switching (see the error)."])
+
+
 def _finish_reason(member: Mapping[str, Any], labels: Labels) -> Advice:
     base, cand = json_text(member.get("baseline"), 40), json_text(member.get("candidate"), 40)
     return Advice(f"{base} became {cand}", [
@@ -324,5 +338,6 @@ _DEFAULT_ADVICE: dict[str, Callable[[Mapping[str, Any], Labels], Advice]] = {
     "usage": _usage,
     "client_replay": _client_replay,
     "stream_granularity": _stream_granularity,
+    "multi_turn": _multi_turn,
     "outcome": _outcome,
 }

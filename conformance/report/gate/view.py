@@ -39,6 +39,7 @@ KIND_TITLES = {
     "usage": "usage differs",
     "client_replay": "openai-python rebuilds the message differently",
     "stream_granularity": "several tokens per delta break the stream",
+    "multi_turn": "the second turn changes",
     "outcome": "case outcome differs",
 }
 METRIC_TITLES = {

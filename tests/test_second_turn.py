@@ -1,0 +1,221 @@
+"""The second turn without a server: what each hand-written rebuilder sends back, the turn-1 answer it can
+answer, the case linter's rules, the second turn rendered in every shipped format, the prompt check over
+recorded renderings, and the gate's `multi_turn` difference. The real servers and clients:
+tests/test_second_turn_live.py."""
+
+from __future__ import annotations
+
+import copy
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from conformance.compare.diff import Pair, diff_pair
+from conformance.formats.registry import FORMATS
+from conformance.record.case_model import SECOND_TURN_FEATURE, mode_order, rebuilder_of, second_turn_mode
+from conformance.record.outcomes import CONTRACT, FAIL, FINDING, PASS, SKIP
+from conformance.record.results import make_result
+from conformance.record.transcript import ServerStamp, Transcript
+from conformance.run.checks.second_turn import check_turn2_prompt
+from conformance.run.engine import request_count, second_turn_modes
+from conformance.run.second_turn import (
+    REASONING_REBUILDERS,
+    TurnJob,
+    first_turn_job,
+    reference_conversations,
+    turn2_request,
+)
+from conformance.suite.cases import check_suite, load_suite
+from tests.engine_helpers import WEATHER_TOOL
+
+CALL = {"id": "call-1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 3}'}}
+ANSWER = {"id": "x", "object": "chat.completion", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+    "role": "assistant", "content": None, "reasoning": "I need the weather.", "tool_calls": [CALL]}}]}
+REQUEST = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object"}}}], "max_tokens": 100, "temperature": 0}
+
+
+def _job() -> TurnJob:
+    return TurnJob("k", copy.deepcopy(REQUEST), ANSWER, ('{"forecast": "sun"}',))
+
+
+@pytest.mark.parametrize(("name", "fields"), [("reasoning", ["reasoning"]), ("reasoning_content", ["reasoning_content"]),
+                                             ("both-reasoning-fields", ["reasoning", "reasoning_content"]),
+                                             ("no-reasoning", [])])
+def test_hand_written_rebuilders_send_the_reasoning_where_they_say(name: str, fields: list[str]) -> None:
+    body = REASONING_REBUILDERS[name]([_job()])["k"].body
+    assert body is not None
+    user, assistant, tool = body["messages"]
+    assert user == REQUEST["messages"][0]
+    assert [key for key in ("reasoning", "reasoning_content") if key in assistant] == fields
+    assert all(assistant[key] == "I need the weather." for key in fields)
+    assert assistant["tool_calls"] == [CALL] and assistant["content"] is None
+    assert tool == {"role": "tool", "tool_call_id": "call-1", "content": '{"forecast": "sun"}'}
+    assert body["tools"] == REQUEST["tools"] and body["max_tokens"] == 100
+
+
+def test_a_turn_2_body_gets_the_run_controls_its_client_left_out() -> None:
+    case = _loaded_case()
+    body = turn2_request(case, {"messages": [], "max_tokens": 7})
+    assert body["max_tokens"] == 7 and body["temperature"] == case.request["temperature"]
+
+
+def _loaded_case(case_id: str = "turn-reasoning-then-call"):
+    return next(case for case in load_suite() if case.id == case_id)
+
+
+def _first(status: int = 200, response=ANSWER) -> Transcript:
+    return Transcript("turn-reasoning-then-call", "non-stream", "hf", "chat", ServerStamp("u", "m", "hf"), {},
+                      status=status, response=response if status == 200 else None)
+
+
+def test_only_a_completion_with_as_many_calls_as_results_is_answered() -> None:
+    case = _loaded_case()
+    assert isinstance(first_turn_job(case, _first()), TurnJob)
+    assert "HTTP 400" in first_turn_job(case, _first(400))
+    assert "no answer" in first_turn_job(case, None)
+    two = copy.deepcopy(ANSWER)
+    two["choices"][0]["message"]["tool_calls"] = [CALL, CALL]
+    assert "2 tool call(s); the second turn answers 1" in first_turn_job(case, _first(response=two))
+
+
+def test_shipped_second_turns_are_sent_per_rebuilder_after_every_other_mode() -> None:
+    cases = [case for case in load_suite() if case.second_turn is not None]
+    assert {case.id for case in cases} >= {"turn-reasoning-then-call", "turn-two-calls"}
+    modes = second_turn_modes(cases[0], ["reasoning", "no-reasoning"])
+    assert modes == ("turn2@reasoning", "turn2@no-reasoning")
+    assert [rebuilder_of(mode) for mode in modes] == ["reasoning", "no-reasoning"]
+    assert mode_order("turn2@reasoning") > mode_order("stream@whole") > mode_order("stream")
+    assert request_count(cases, 1, (), ["a", "b"]) == request_count(cases) + 2 * len(cases)
+    plain = [case for case in load_suite() if case.second_turn is None]
+    assert request_count(plain, 1, (), ["a"]) == request_count(plain)
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_the_second_turn_is_rendered_in_every_format_that_can_express_it(name: str) -> None:
+    for case in load_suite(form=FORMATS[name]):
+        if case.second_turn is None:
+            continue
+        second = case.second_turn
+        assert second.reference is not None
+        if second.force is None:  # a skip that says why, turn 1's or turn 2's own
+            assert second.reference.skip and name in second.reference.skip
+            continue
+        assert case.force and second.force != case.force
+        # the format's parse of the rendered second turn gives the turn back (the round trip)
+        message = second.reference.message
+        assert message is not None and not message.tool_calls
+        assert (message.content or "").strip() == second.turn.content
+        if FORMATS[name].response_template.get("fields", {}).get("thinking") or message.reasoning:
+            assert (message.reasoning or "").strip() == second.turn.reasoning
+
+
+def test_the_reference_conversation_is_turn_1_as_the_model_wrote_it() -> None:
+    case = _loaded_case()
+    conversations = reference_conversations(case, ANSWER)
+    assistant = conversations["reference"][-2]
+    assert assistant["content"] is None  # none written: null on the wire ("" renders a newline more on vLLM)
+    assert assistant["reasoning"] == case.turn.reasoning == assistant["reasoning_content"]
+    assert assistant["tool_calls"][0]["id"] == "call-1"
+    assert assistant["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris", "days": 3}'
+    assert "reasoning" not in conversations["reference_without_reasoning"][-2]
+    assert conversations["reference"][-1] == {"role": "tool", "tool_call_id": "call-1",
+                                             "content": case.second_turn.tool_results[0]}
+
+
+SECOND_TURN_CASE = """
+- id: looped
+  description: A call answered by a tool result, then the model's final answer.
+  features: [tool_call]
+  request:
+    messages: [{role: user, content: "Weather?"}]
+    tools: [get_weather]
+  turn:
+    tool_calls: [{name: get_weather, arguments: {city: Paris}}]
+  second_turn:
+    tool_results: ["sun", "rain"]
+    turn: {content: "Sunny."}
+  shape: unclosed_last_call
+"""
+
+
+def _lint(directory: Path, cases_yaml: str) -> list[str]:
+    directory.mkdir()
+    (directory / "suite.yaml").write_text(WEATHER_TOOL + "cases:\n" + textwrap.indent(textwrap.dedent(cases_yaml), "  "))
+    (directory / "features.txt").write_text((Path(__file__).parents[1] / "cases" / "features.txt").read_text())
+    return [str(issue) for issue in check_suite(directory).issues]
+
+
+def test_the_linter_holds_a_second_turn_to_one_result_per_call_and_a_plain_turn(tmp_path: Path) -> None:
+    issues = _lint(tmp_path / "a", SECOND_TURN_CASE)
+    assert any("2 tool result(s) for the 1 call(s)" in issue for issue in issues), issues
+    assert any("no shape" in issue for issue in issues), issues
+    without_turn = SECOND_TURN_CASE.replace("  turn:\n    tool_calls: [{name: get_weather, arguments: {city: Paris}}]\n",
+                                            "  force: x\n  expect: {hf: {skip: no}}\n").replace(
+        "  shape: unclosed_last_call\n", "")
+    assert any("second_turn" in issue for issue in _lint(tmp_path / "b", without_turn))
+
+
+REFERENCE = "<user>hi</user><assistant><think>plan</think>\n<call>{\"city\": \"Paris\"}</call></assistant><tool>sun</tool>"
+BARE = "<user>hi</user><assistant>\n<call>{\"city\": \"Paris\"}</call></assistant><tool>sun</tool>"
+
+
+def _turn2(sent: str, reasoning_keys: tuple[str, ...] = ("reasoning",), profile: str = "hf",
+           prompts_error: str | None = None) -> Transcript:
+    assistant = {"role": "assistant", "content": None, **dict.fromkeys(reasoning_keys, "plan")}
+    return Transcript("c", "turn2@x", profile, "chat", ServerStamp("u", "m", profile),
+                      {"messages": [{"role": "user", "content": "hi"}, assistant]}, status=200,
+                      prompts=None if prompts_error else {"sent": sent, "reference": REFERENCE,
+                                                          "reference_without_reasoning": BARE},
+                      prompts_error=prompts_error)
+
+
+@pytest.mark.parametrize(("sent", "keys", "read", "outcome", "kind", "words"), [
+    (REFERENCE, ("reasoning",), ("reasoning",), PASS, CONTRACT, "as the model wrote it"),
+    (BARE, ("reasoning_content",), ("reasoning",), FAIL, FINDING, "does not read (it reads reasoning)"),
+    (BARE, (), ("reasoning",), FAIL, FINDING, "sent no reasoning back"),
+    (BARE, ("reasoning",), ("reasoning",), FAIL, CONTRACT, "sent back as reasoning is not in the prompt"),
+    (BARE, ("reasoning_content",), None, FAIL, CONTRACT, "sent back as reasoning_content is not in the prompt"),
+    (REFERENCE, ("reasoning_content",), ("reasoning",), FAIL, CONTRACT, "the record is stale"),
+    (REFERENCE.replace("</think>\n", "</think>\n\n\n"), ("reasoning",), ("reasoning",), FAIL, FINDING,
+     "only in whitespace"),
+    (REFERENCE.replace('"Paris"', '"paris"'), ("reasoning",), ("reasoning",), FAIL, CONTRACT, "a turn it did not write"),
+])
+def test_the_prompt_check_tells_the_model_s_turn_from_what_the_client_and_server_made_of_it(
+        sent: str, keys: tuple[str, ...], read: tuple[str, ...] | None, outcome: str, kind: str, words: str) -> None:
+    check = check_turn2_prompt(_turn2(sent, keys), read)
+    assert (check.outcome, check.kind) == (outcome, kind) and words in check.reason, check
+
+
+def test_a_second_turn_whose_renderings_could_not_be_read_is_not_judged_on_its_prompt() -> None:
+    check = check_turn2_prompt(_turn2(REFERENCE, prompts_error="ForcingUnsupported: no tokenize endpoint"), None)
+    assert check.outcome == SKIP and "no tokenize endpoint" in check.reason and check.skip_kind is None
+
+
+def test_a_second_turn_result_is_listed_under_multi_turn() -> None:
+    case = _loaded_case()
+    result = make_result(case, replace(_turn2(REFERENCE), mode=second_turn_mode("litellm")), [])
+    assert SECOND_TURN_FEATURE in result.features and result.mode == "turn2@litellm"
+
+
+def _pair(base: Transcript, cand: Transcript) -> Pair:
+    return Pair("c", base.mode, {"baseline": base, "candidate": cand}, {})
+
+
+def test_the_gate_shows_a_second_turn_rendered_or_refused_differently_as_multi_turn() -> None:
+    base = _turn2(REFERENCE)
+    base.response = {"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
+                                                                                   "content": "Sunny."}}]}
+    cand = copy.deepcopy(base)
+    cand.prompts = {**base.prompts, "sent": REFERENCE.replace("</think>\n", "</think>\n\n\n")}
+    differences = diff_pair(_pair(base, cand))
+    assert [(d.kind, d.field) for d in differences] == [("multi_turn", "prompt")]
+    assert "as x sends it back differs from character" in differences[0].summary
+    assert diff_pair(_pair(base, copy.deepcopy(base))) == []
+    refused = copy.deepcopy(base)
+    refused.status, refused.response = 400, None
+    refused.error_body = {"error": {"message": "bad message", "param": "messages"}}
+    kinds = [(d.kind, d.field) for d in diff_pair(_pair(base, refused))]
+    assert kinds == [("multi_turn", "status")], kinds
