@@ -160,8 +160,10 @@ def diff_pair(pair: Pair) -> list[Difference]:
     found += _granularity_differences(pair, make)
     if base_reading is not None and cand_reading is not None:
         found += _stream_shape_differences(base.endpoint, base_reading, cand_reading, make)
-    found += _usage_differences(usage_of(base), usage_of(cand), make)
-    return found
+    usage = _usage_differences(usage_of(base), usage_of(cand), make)
+    if any(d.kind == "multi_turn" for d in found):  # a prompt rendered differently counts other prompt tokens
+        usage = [d for d in usage if d.field not in ("usage.prompt_tokens", "usage.total_tokens")]
+    return found + usage
 
 
 # --- what each side answered --------------------------------------------------------------------

@@ -281,16 +281,14 @@ def _stream_granularity(member: Mapping[str, Any], labels: Labels) -> Advice:
 
 
 def _multi_turn(member: Mapping[str, Any], labels: Labels) -> Advice:
-    mode = str(member.get("mode") or "")
-    client = mode.removeprefix("turn2@") or "a client"
     if member.get("field") == "prompt":
-        return Advice(f"turn 2 renders differently as {client} sends it back", [
-            "a tool loop that sends the assistant message back as ", Code(client), " does shows the model another "
-            "prompt under ", Code(labels["candidate"]), " (see what changed: the text where the two parted); send "
-            "back what the model wrote (", Code("content: null"), " where it wrote none, the reasoning under the "
-            "field the server reads) or check the candidate's turn-2 answers."])
-    return Advice(f"turn 2 as {client} sends it back is refused or accepted differently", [
-        "the second request of a tool loop, as ", Code(client), " rebuilds it, gets another status under ",
+        return Advice("turn 2's prompt renders differently", [
+            "a tool loop that sends the assistant message back as the client named in the mode does shows the model "
+            "another prompt under ", Code(labels["candidate"]), " (see what changed: the text where the two parted); "
+            "send back what the model wrote (", Code("content: null"), " where it wrote none, the reasoning under "
+            "the field the server reads) or check the candidate's turn-2 answers."])
+    return Advice("turn 2 is refused or accepted differently", [
+        "the second request of a tool loop, as the client named in the mode rebuilds it, gets another status under ",
         Code(labels["candidate"]), ": change what the client sends back before switching (see the error)."])
 
 
