@@ -18,7 +18,7 @@ from conformance.formats.tiny_checkpoint import build_fixture
 from conformance.record.server_rules import KEEPS_REGION_WHITESPACE
 from conformance.record.transcript import ServerStamp, Transcript
 from conformance.run.driver import Target
-from conformance.run.engine import other_format
+from conformance.run.forcing_plan import other_format
 from conformance.run.judge import judge
 from conformance.servers.profiles import PROFILES, served_profile
 from conformance.suite.cases import load_suite

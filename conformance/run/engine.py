@@ -12,14 +12,14 @@ import asyncio
 import contextlib
 import functools
 import gc
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from conformance.formats.markers import DEFAULT_MARKERS
-from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
+from conformance.formats.registry import FORMATS
 from conformance.record.case_model import (
     MODES,
     STREAM_INTERVAL_FIELD,
@@ -32,7 +32,7 @@ from conformance.record.case_model import (
     second_turn_mode,
     tokens_per_delta,
 )
-from conformance.record.outcomes import Check, SkipKind
+from conformance.record.outcomes import Check
 from conformance.record.recording import make_header
 from conformance.record.results import RESULTS_FILE, CaseResult, Summary, make_result, summarize
 from conformance.record.stamp import make_stamp
@@ -40,24 +40,20 @@ from conformance.record.transcript import TRANSCRIPTS_FILE, JsonLinesWriter, Tra
 from conformance.run.checks.granularity import judged_with_stream_bug
 from conformance.run.checks.shape import shape_failure, shape_problems
 from conformance.run.driver import DEFAULT_CONCURRENCY, Target, fetch_server_version, make_clients, request_body, send
+from conformance.run.forcing_plan import NotSent, forcing_for, format_of, resolve_forcing, verify_within
 from conformance.run.judge import judge
 from conformance.run.second_turn import (
     TurnRebuilder,
+    TurnSender,
     first_turn_job,
     judge_second_turn,
-    rendered_prompts,
+    send_second_turn,
     turn2_case,
-    turn2_request,
+    turn2_not_sent,
 )
-from conformance.servers.forcing import (
-    VERIFIED_ENDPOINTS,
-    ForcingUnsupported,
-    ServerRefused,
-    ServerTokenizer,
-    TokensUnavailable,
-)
+from conformance.servers.forcing import VERIFIED_ENDPOINTS, ServerTokenizer
 from conformance.servers.profile import STREAM_INTERVAL_WORDS
-from conformance.servers.profiles import PROFILES, expectation_for, profile_record, served_variant
+from conformance.servers.profiles import PROFILES, profile_record
 from conformance.util.progress import Progress
 
 
@@ -118,32 +114,6 @@ def granularity_not_asked(mode: Mode, target: Target) -> NotSent | None:
                                             f"(`{STREAM_INTERVAL_FIELD}`)")
 
 
-def other_variant(case: Case, target: Target) -> NotSent | None:
-    """The skip of a case that needs another checkpoint variant than the target serves (None: it runs).
-    A case naming no variant needs the profile record's."""
-    needed = served_variant(target.profile, case.fixture_variant)
-    served = served_variant(target.profile, target.fixture_variant)
-    if needed == served:
-        return None
-    return NotSent("other_fixture_variant", f"needs the tiny checkpoint's {needed!r} variant; this run serves {served!r}")
-
-
-def format_of(case: Case) -> str:
-    """The response format a case is written (or rendered) in: a case naming none is the default format's."""
-    return case.format or DEFAULT_FORMAT.name
-
-
-def other_format(case: Case, target: Target) -> NotSent | None:
-    """The skip of a case written for another response format than the target's checkpoint writes
-    (None: it runs): its forced text, and the expectations of an unforced one (what the model generates
-    under a guided tool choice, which requests a format's parsers refuse), are that format's. A case
-    naming no format is written in the default one; a format-independent case is rendered in the target's."""
-    written_in = format_of(case)
-    if written_in == target.format:
-        return None
-    return NotSent("other_format", f"it is written for the {written_in} format; this run serves {target.format}")
-
-
 def select_cases(cases: Iterable[Case], ids: Sequence[str] = (), features: Sequence[str] = ()) -> list[Case]:
     """Cases whose id is in `ids` (if given) and that carry one of `features` (if given)."""
     cases = list(cases)
@@ -193,93 +163,6 @@ def _unreadable(transcript: Transcript, companion: Transcript | None, exc: Excep
     return Check("judge", "error", reason=f"internal error while judging: {type(exc).__name__}: {exc}")
 
 
-@dataclass(frozen=True)
-class NotSent:
-    """Why a request is not sent: a skip of `kind`, or (kind None) an error."""
-
-    kind: SkipKind | None
-    reason: str
-
-
-async def _forcing_for(case: Case, target: Target, natural: bool,
-                       tokenizer: Callable[[], Any]) -> tuple[dict[str, Any] | None, NotSent | None]:
-    """(extra body fields that force the case's output, or None; why it is not sent, or None).
-    `tokenizer()` is the run's tokenizer of the profile's forcing method."""
-    expectation = expectation_for(case, target.profile)
-    if expectation is not None and expectation.skip is not None:
-        return None, NotSent("declared", f"declared: {expectation.skip}")
-    if (elsewhere := other_format(case, target) or other_variant(case, target)) is not None:
-        return None, elsewhere
-    if natural or case.force is None:  # natural mode, or an unforced case (cases/README.md)
-        return None, None
-    if target.can_force is False:
-        reason = f"server {target.shown_url} cannot force outputs: {target.cannot_force_reason or 'as told'}"
-        return None, NotSent(target.cannot_force_kind, reason)
-
-    method = profile_record(target.profile).forcing
-    try:  # a method that names tokens asks its tokenizer (a server's, a checkpoint's): within --timeout
-        async with asyncio.timeout(target.timeout):
-            forcing = await method.request_fields(case.force, case.request, tokenizer)
-    except (ForcingUnsupported, ValueError) as exc:
-        return None, NotSent("unforceable_output", f"cannot force this output: {exc}")
-    except (TokensUnavailable, TimeoutError) as exc:
-        detail = str(exc) or f"no answer within {target.timeout:g}s"
-        return None, NotSent(None, f"not sent: the tokenizer did not give the forced output's tokens: "
-                                   f"{target.redact(detail)}")
-    except OSError as exc:  # a tokenizer that cannot be loaded
-        return None, NotSent(None, f"not sent: the forcing method's tokenizer cannot be loaded: {exc}")
-    return forcing, NotSent(None, target.forcing_error) if target.forcing_error else None
-
-
-async def resolve_forcing(target: Target, cases: Sequence[Case], natural: bool) -> Target:
-    """Settle `target.can_force` once per run: when unknown (None) and some case is forced, one small
-    forced request tells whether the server honours forced outputs with canonical tokens. A probe
-    that cannot tell (an HTTP error about the setup, no answer, an answer that is not JSON) sets
-    `forcing_error`: the forced cases are then errors, never skips nor assumed to be forced."""
-    if target.can_force is not None or natural or all(case.force is None for case in cases):
-        return target
-
-    method = profile_record(target.profile).forcing
-    try:  # the probe and its verification, within --timeout
-        async with asyncio.timeout(target.timeout):
-            served = FORMATS[target.format]
-            await method.probe(target.root_url, target.model, target.timeout, target.api_key,
-                               text=served.probe_text, markers=served.marker_tokens)
-    except ForcingUnsupported as exc:
-        return replace(target, can_force=False, cannot_force_reason=target.redact(str(exc)))
-    except (ServerRefused, OSError, ValueError, LookupError, TypeError, AttributeError) as exc:
-        return replace(target, forcing_error="not sent: the forcing probe cannot tell whether the server forces "
-                       f"outputs: {target.redact(_probe_failure(exc, target.timeout))}")
-    return replace(target, can_force=True)
-
-
-def _probe_failure(exc: BaseException, timeout: float) -> str:
-    """What went wrong with the forcing probe, in the words of the server where it answered."""
-    import urllib.error
-
-
-    if isinstance(exc, (ServerRefused, ValueError)):
-        return str(exc)
-    if isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError):
-        return f"timeout: no answer within {timeout:g}s"
-    if isinstance(exc, urllib.error.URLError):
-        return f"connection failed: {exc.reason}"
-    return f"{type(exc).__name__}: {exc}"
-
-
-Verified = TypeVar("Verified")
-
-
-async def _verify_within(timeout: float, verify: Awaitable[Verified]) -> Verified | None:
-    """`verify` (a forcing method's checks of a forced answer, with their requests to its tokenizer:
-    vLLM's /tokenize and /detokenize) within `timeout` (None: no answer in time, unverified)."""
-    try:
-        async with asyncio.timeout(timeout):
-            return await verify
-    except TimeoutError:
-        return None
-
-
 def _not_sent(case: Case, target: Target, mode: Mode, repeat: int, why: NotSent,
               forcing: dict[str, Any] | None) -> Transcript:
     """The transcript of a request not sent: a skip, or an error recorded with the request it stands for."""
@@ -290,13 +173,6 @@ def _not_sent(case: Case, target: Target, mode: Mode, repeat: int, why: NotSent,
                       request_body(case, mode, target.model, forcing), forced=forcing is not None,
                       forced_text=case.force if forcing is not None else None, repeat=repeat,
                       transport_error=why.reason)
-
-
-def _turn2_not_sent(case: Case, target: Target, mode: Mode, repeat: int, why: NotSent) -> Transcript:
-    """A second turn not sent: a skip, or an error (nothing to send: no body was made)."""
-    return Transcript(case.id, mode, target.profile, case.endpoint, target.stamp(), {}, repeat=repeat,
-                      skip_reason=why.reason if why.kind else None, skip_kind=why.kind,
-                      transport_error=None if why.kind else why.reason)
 
 
 def _progress_line(result: CaseResult) -> str:
@@ -369,7 +245,7 @@ async def run_async(
                                             repeat=repeat_index)
                 if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
                     # tokenizer(): a server's is made here, without I/O; a checkpoint's by request_fields, in a thread
-                    transcript.forcing_problems = await _verify_within(
+                    transcript.forcing_problems = await verify_within(
                         target.timeout, method.verify(tokenizer(), case, transcript, FORMATS[target.format].marker_tokens))
             transcripts.append(transcript)
             if writers:
@@ -378,7 +254,7 @@ async def run_async(
 
         async def one_case(case: Case, repeat_index: int) -> None:
             modes = case_modes(case, granularities)
-            forcing, not_sent = await _forcing_for(case, target, natural, tokenizer)  # the same for every mode
+            forcing, not_sent = await forcing_for(case, target, natural, tokenizer)  # the same for every mode
             recorded = await asyncio.gather(*(one_request(case, mode, repeat_index, forcing, not_sent)
                                               for mode in modes))
             record_results(judge_group(case, dict(zip(modes, recorded)), markers, allowed_skips))
@@ -399,35 +275,21 @@ async def run_async(
             thread), sent forced, the server's renderings of its prompt recorded, judged."""
             job = first_turn_job(case, first)
             turn2 = turn2_case(case, case.request)
-            forcing, not_sent = await _forcing_for(turn2, target, natural, tokenizer)
+            forcing, not_sent = await forcing_for(turn2, target, natural, tokenizer)
             if turn2.force is None:  # the format cannot express it: the reference says why
                 not_sent = NotSent("declared", turn2.reference.skip if turn2.reference and turn2.reference.skip
                                    else "the second turn has no forced text in this format")
             not_sent = first_not_sent or not_sent or (NotSent("first_turn_unusable", job) if isinstance(job, str)
                                                       else None)
 
+            sender = TurnSender(clients, target, semaphore, forcing, renderer, lambda sent, transcript: verify_within(
+                target.timeout, method.verify(tokenizer(), sent, transcript, FORMATS[target.format].marker_tokens)))
+
             async def one(name: str, rebuild: TurnRebuilder) -> Transcript:
-                mode = second_turn_mode(name)
                 if not_sent is not None or isinstance(job, str):
-                    return _turn2_not_sent(case, target, mode, repeat_index, not_sent or NotSent(None, str(job)))
-                body = (await asyncio.to_thread(rebuild, [job])).get(job.key)
-                if body is None or body.body is None:
-                    why = body.error if body is not None else "the rebuilder gave no body"
-                    return _turn2_not_sent(case, target, mode, repeat_index, NotSent(
-                        "client_unavailable" if body is not None and not body.available else None,
-                        f"{name} did not send a second turn: {why}"))
-                sent = turn2_case(case, turn2_request(case, body.body))
-                async with semaphore:
-                    transcript = await send(clients, target, sent, mode, forcing=forcing, repeat=repeat_index)
-                if transcript.status == 200:
-                    transcript.forcing_problems = await _verify_within(
-                        target.timeout, method.verify(tokenizer(), sent, transcript, FORMATS[target.format].marker_tokens))
-                try:
-                    async with asyncio.timeout(target.timeout):
-                        transcript.prompts = await rendered_prompts(renderer(), case, sent.request, job.answer)
-                except (ForcingUnsupported, ServerRefused, TimeoutError, OSError, ValueError, LookupError) as exc:
-                    transcript.prompts_error = target.redact(f"{type(exc).__name__}: {exc}")
-                return transcript
+                    why = not_sent or NotSent(None, str(job))
+                    return turn2_not_sent(case, target, second_turn_mode(name), repeat_index, why.kind, why.reason)
+                return await send_second_turn(sender, case, job, name, rebuild, repeat_index)
 
             recorded = await asyncio.gather(*(one(name, rebuild) for name, rebuild in rebuilders.items()))
             for transcript in recorded:

@@ -10,17 +10,19 @@ Each rebuilder is a mode of its own, `turn2@<name>`.
 
 from __future__ import annotations
 
+import asyncio
 import copy
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from conformance.record.case_model import Case
-from conformance.record.outcomes import Check
+from conformance.record.case_model import Case, Mode, second_turn_mode
+from conformance.record.outcomes import Check, SkipKind
 from conformance.record.transcript import Transcript
 from conformance.run.checks.second_turn import check_turn2_prompt
+from conformance.run.driver import Clients, Target, send
 from conformance.run.judge import judge
-from conformance.servers.forcing import ServerTokenizer
+from conformance.servers.forcing import ForcingUnsupported, ServerRefused, ServerTokenizer
 from conformance.servers.profiles import profile_record
 from conformance.suite.format_cases import second_turn_conversation
 
@@ -158,6 +160,49 @@ async def rendered_prompts(tokenizer: ServerTokenizer, case: Case, request: Mapp
     conversations = {"sent": list(request["messages"]), **reference_conversations(case, answer)}
     tools = request.get("tools") or case.request.get("tools")
     return {name: await tokenizer.render_chat(messages, tools) for name, messages in conversations.items()}
+
+
+@dataclass(frozen=True)
+class TurnSender:
+    """What sending a second turn takes of the run: its connections and target, its slots for requests in
+    flight, the second turn's forcing fields, the server's renderer and the verification of a forced answer."""
+
+    clients: Clients
+    target: Target
+    slots: asyncio.Semaphore
+    forcing: dict[str, Any] | None
+    renderer: Callable[[], ServerTokenizer]
+    verify: Callable[[Case, Transcript], Awaitable[list[str] | None]]
+
+
+async def send_second_turn(sender: TurnSender, case: Case, job: TurnJob, name: str, rebuild: TurnRebuilder,
+                           repeat: int) -> Transcript:
+    """`rebuild`'s turn 2 of `case` (a client library runs in a thread), sent forced, the forced answer verified
+    and the server's renderings of the request and of the reference conversation recorded."""
+    mode, target = second_turn_mode(name), sender.target
+    body = (await asyncio.to_thread(rebuild, [job])).get(job.key)
+    if body is None or body.body is None:
+        why = body.error if body is not None else "the rebuilder gave no body"
+        return turn2_not_sent(case, target, mode, repeat, "client_unavailable" if body and not body.available else None,
+                              f"{name} did not send a second turn: {why}")
+    sent = turn2_case(case, turn2_request(case, body.body))
+    async with sender.slots:
+        transcript = await send(sender.clients, target, sent, mode, forcing=sender.forcing, repeat=repeat)
+    if transcript.status == 200:
+        transcript.forcing_problems = await sender.verify(sent, transcript)
+    try:
+        async with asyncio.timeout(target.timeout):
+            transcript.prompts = await rendered_prompts(sender.renderer(), case, sent.request, job.answer)
+    except (ForcingUnsupported, ServerRefused, TimeoutError, OSError, ValueError, LookupError) as exc:
+        transcript.prompts_error = target.redact(f"{type(exc).__name__}: {exc}")
+    return transcript
+
+
+def turn2_not_sent(case: Case, target: Target, mode: Mode, repeat: int, kind: SkipKind | None,
+                   reason: str) -> Transcript:
+    """A second turn not sent: a skip of `kind`, or (None) an error (nothing to send: no body was made)."""
+    return Transcript(case.id, mode, target.profile, case.endpoint, target.stamp(), {}, repeat=repeat,
+                      skip_reason=reason if kind else None, skip_kind=kind, transport_error=None if kind else reason)
 
 
 def judge_second_turn(case: Case, transcript: Transcript, markers: Sequence[str]) -> list[Check]:

@@ -11,7 +11,7 @@ the format cannot express (reasoning in a format with no reasoning field, a chat
 render it) is a skip that says why, for every profile.
 
 A case with a raw `force:` text stays as it is: it is written in one format (`format:`, default the
-tiny checkpoint's) and a run serving another skips it (`conformance.run.engine.other_format`).
+tiny checkpoint's) and a run serving another skips it (`conformance.run.forcing_plan.other_format`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,136 @@
+"""The second turn against real vLLM 0.32 (vllm tier): every shipped second turn, rebuilt by each real client
+library (openai-python, LangChain, LiteLLM, the AI SDK) and by the four hand-written ways of sending reasoning
+back, from the server's own turn-1 answer, sent to hf and legacy.
+
+Each is accepted and answered as forced; the prompt each server renders for it holds the turn-1 calls as the
+chat template writes them; where vLLM reads reasoning is what its profile record says (`reasoning` renders,
+`reasoning_content` alone is lost); the recording is judged again offline to the same results; and the two runs
+compared as the gate does show the second turn's changed rendering, acknowledged by the shipped expectations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from conformance.cli import main
+from conformance.clients.second_turn import CLIENT_REBUILDERS
+from conformance.record.case_model import rebuilder_of
+from conformance.run.checks.second_turn import reasoning_fields_sent
+from conformance.run.driver import Target
+from conformance.run.engine import recheck, run_async
+from conformance.run.second_turn import REASONING_REBUILDERS
+from conformance.servers.profiles import profile_record
+from conformance.suite.cases import load_suite
+
+pytestmark = pytest.mark.vllm
+
+REBUILDERS = {**CLIENT_REBUILDERS, **REASONING_REBUILDERS}
+PROFILES = ("legacy", "hf")
+
+
+@pytest.fixture(scope="module")
+def second_turn_runs(hf_server, legacy_server, tmp_path_factory):
+    """The second-turn cases on legacy and hf at once (their first turns too), every rebuilder."""
+    servers = {"legacy": legacy_server, "hf": hf_server}
+    cases = [case for case in load_suite() if case.second_turn is not None]
+    directories = {profile: tmp_path_factory.mktemp(profile) for profile in servers}
+
+    async def both():
+        return await asyncio.gather(*(
+            run_async(cases, Target(base_url=server.base_url, model=server.model, profile=profile, timeout=120),
+                      directories[profile], rebuilders=REBUILDERS)
+            for profile, server in servers.items()))
+
+    outputs = dict(zip(servers, asyncio.run(both())))
+    return cases, outputs, directories
+
+
+def _second(output) -> list:
+    return [t for t in output.transcripts if rebuilder_of(t.mode) is not None]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_client_s_second_turn_is_accepted_and_answered_as_forced(second_turn_runs, profile):
+    cases, outputs, _ = second_turn_runs
+    results = [r for r in outputs[profile].results if rebuilder_of(r.mode) is not None]
+    assert {rebuilder_of(r.mode) for r in results} == set(REBUILDERS)
+    assert len(results) == len(cases) * len(REBUILDERS)
+    assert all(r.outcome == "pass" for r in results), [(r.name, r.reason) for r in results if r.outcome != "pass"]
+    for transcript in _second(outputs[profile]):
+        assert transcript.status == 200 and transcript.forcing_problems == [], (transcript.mode, transcript.forcing_problems)
+        assert transcript.request["messages"][-1]["role"] == "tool"  # the client's own body, tool results last
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_prompt_each_server_renders_holds_the_turn_1_calls(second_turn_runs, profile):
+    cases, outputs, _ = second_turn_runs
+    turns = {case.id: case.turn for case in cases}
+    for transcript in _second(outputs[profile]):
+        sent = transcript.prompts["sent"]
+        for call in turns[transcript.case_id].tool_calls:  # as the tiny checkpoint's chat template writes a call
+            written = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+            assert f"<tool_call>\n{written}\n</tool_call>" in sent, (transcript.case_id, transcript.mode, sent[-400:])
+        assert sent.rstrip().endswith("<|im_start|>assistant")
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_vllm_renders_reasoning_sent_back_only_from_the_field_its_record_names(second_turn_runs, profile):
+    _, outputs, _ = second_turn_runs
+    assert profile_record(profile).reasoning_input_fields == ("reasoning",)
+    by_mode = {}
+    for transcript in _second(outputs[profile]):
+        by_mode.setdefault(transcript.mode, []).append(transcript)
+    for mode, rendered in (("turn2@reasoning", True), ("turn2@both-reasoning-fields", True),
+                           ("turn2@reasoning_content", False), ("turn2@no-reasoning", False)):
+        for transcript in by_mode[mode]:
+            prompts = transcript.prompts
+            compact = {name: "".join(text.split()) for name, text in prompts.items()}
+            assert compact["reference"] != compact["reference_without_reasoning"]  # the template renders reasoning
+            assert compact["sent"] == compact["reference" if rendered else "reference_without_reasoning"], mode
+    results = {(r.case_id, r.mode): r for r in outputs[profile].results}
+    lost = [c for (case, mode), r in results.items() if mode == "turn2@reasoning_content"
+            for c in r.checks if c.name == "second_turn_prompt"]
+    assert lost and all(c.kind == "finding" and "does not read" in c.reason for c in lost)
+
+
+def test_what_each_real_client_sends_back_is_recorded_and_judged(second_turn_runs):
+    _, outputs, _ = second_turn_runs
+    for transcript in _second(outputs["legacy"]):
+        if rebuilder_of(transcript.mode) not in CLIENT_REBUILDERS:
+            continue
+        assistants = [m for m in transcript.request["messages"] if m.get("role") == "assistant"]
+        assert len(assistants) == 1 and assistants[0]["tool_calls"], transcript.mode
+        reasoning = reasoning_fields_sent(transcript.request)
+        check = next(c for r in outputs["legacy"].results if (r.case_id, r.mode) == (transcript.case_id, transcript.mode)
+                     for c in r.checks if c.name == "second_turn_prompt")
+        assert (check.outcome == "pass") == ("reasoning" in reasoning), (transcript.mode, reasoning, check.reason)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_recorded_second_turn_is_judged_again_offline_to_the_same_results(second_turn_runs, profile):
+    cases, outputs, _ = second_turn_runs
+    again = {(r.case_id, r.mode): (r.outcome, [(c.name, c.outcome) for c in r.checks])
+             for r in recheck(outputs[profile].transcripts, cases)}
+    recorded = {(r.case_id, r.mode): (r.outcome, [(c.name, c.outcome) for c in r.checks])
+                for r in outputs[profile].results}
+    assert again == recorded
+
+
+def test_the_gate_shows_the_second_turn_rendered_differently_and_the_shipped_file_acknowledges_it(
+        second_turn_runs, tmp_path: Path):
+    _, _, directories = second_turn_runs
+    without = tmp_path / "without"
+    assert main(["compare", str(directories["legacy"]), str(directories["hf"]), "--no-expect",
+                 "--out", str(without)]) == 1
+    differences = json.loads((without / "gate.json").read_text())["differences"]
+    multi = [d for d in differences if d["kind"] == "multi_turn"]
+    assert multi and all(d["field"] == "prompt" and d["mode"].startswith("turn2@") for d in multi)
+    assert {d["mode"] for d in multi} >= {"turn2@reasoning", "turn2@openai-python"}
+    shipped = tmp_path / "shipped"
+    assert main(["compare", str(directories["legacy"]), str(directories["hf"]), "--out", str(shipped)]) == 0
+    gate = json.loads((shipped / "gate.json").read_text())
+    assert gate["verdict"]["unacknowledged"] == 0
