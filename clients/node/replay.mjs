@@ -49,6 +49,7 @@ async function runJob(job) {
   const common = {
     model: provider.chatModel(job.model),
     messages: messagesOf(job.messages),
+    allowSystemInMessages: true, // AI SDK 7 refuses a system message in `messages` otherwise
     tools: job.tools && job.tools.length ? toolsOf(job.tools) : undefined,
     toolChoice: job.toolChoice ?? undefined,
     maxRetries: 0,
