@@ -97,7 +97,8 @@ def _litellm(**extra: Any) -> Callable[..., str]:
 
         message = imported().completion(model=f"openai/{model}", api_base=base_url, api_key="replay",
                                         messages=request["messages"], tools=request["tools"], timeout=CALL_TIMEOUT,
-                                        max_retries=0, **{k: v(request) if callable(v) else v for k, v in extra.items()},
+                                        max_retries=0,
+                                        **{k: v(request) if callable(v) else v for k, v in extra.items()},
                                         ).choices[0].message
         return _calls([{"name": c.function.name, "arguments": c.function.arguments} for c in message.tool_calls or []])
     return call

@@ -5,11 +5,11 @@ Each recorded answer is registered under a path prefix of its own (`/r/<n>/v1`):
 that prefix (POST /chat/completions, whatever its body) gets the transcript's status and body. A stream
 is sent as the recorded `data:` lines, each `data: <line>` and a blank line, one HTTP chunk each, with
 `content-type: text/event-stream`; a non-streaming answer as its JSON with `application/json`; a
-refusal as its status and error body. A slot may answer its first request with one answer and every
-later one with another (`register(answer, then=...)`: turn 1 of a tool loop, then turn 2). A transcript keeps those two bodies parsed: they are written
+refusal as its status and error body. A transcript keeps those two bodies parsed: they are written
 back as UTF-8 JSON, a lone surrogate (which the server can only have sent as an escape) as its
 `\\ud800` escape. The request bodies a client sends are kept (`requests`), which is also how the
-request side captures what a client really sends.
+request side captures what a client really sends. A slot may answer its first request with one answer
+and every later one with another (`register(answer, then=...)`: turn 1 of a tool loop, then turn 2).
 """
 
 from __future__ import annotations
