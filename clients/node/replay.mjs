@@ -3,8 +3,11 @@
 // named by argv[2] and writes one JSON result per line to stdout, in job order.
 // A job: {id, api: "generateText"|"streamText", baseURL, model, messages, tools, toolChoice}.
 // A result: {id, message: {reasoning, content, tool_calls: [{name, arguments}]}, error, items, first_name_item}.
+// "generateText-turn2" (a job with toolResults too) runs the two-step tool loop: tools whose `execute`
+// returns the job's toolResults in call order, `stopWhen: isStepCount(2)`, so the SDK sends turn 2 itself
+// (the replay server captures it); its result is {id, error}.
 import { readFileSync } from "node:fs";
-import { generateText, streamText, jsonSchema, tool } from "ai";
+import { generateText, streamText, jsonSchema, tool, isStepCount } from "ai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 
 const versions = {
@@ -13,11 +16,11 @@ const versions = {
     new URL("./node_modules/@ai-sdk/openai-compatible/package.json", import.meta.url))).version,
 };
 
-function toolsOf(tools) {
+function toolsOf(tools, execute) {
   const out = {};
   for (const t of tools || []) {
     const f = t.function || {};
-    out[f.name] = tool({ description: f.description, inputSchema: jsonSchema(f.parameters || { type: "object" }) });
+    out[f.name] = tool({ description: f.description, inputSchema: jsonSchema(f.parameters || { type: "object" }), execute });
   }
   return out;
 }
@@ -49,6 +52,7 @@ async function runJob(job) {
   const common = {
     model: provider.chatModel(job.model),
     messages: messagesOf(job.messages),
+    allowSystemInMessages: true, // AI SDK 7 refuses a system message in `messages` otherwise
     tools: job.tools && job.tools.length ? toolsOf(job.tools) : undefined,
     toolChoice: job.toolChoice ?? undefined,
     maxRetries: 0,
@@ -56,6 +60,12 @@ async function runJob(job) {
   let streamError = null;
   const result = { id: job.id, message: null, error: null, items: 0, first_name_item: null, finish_reason: null };
   try {
+    if (job.api === "generateText-turn2") {
+      let next = 0;
+      const execute = async () => job.toolResults[next++] ?? "";
+      await generateText({ ...common, tools: toolsOf(job.tools, execute), stopWhen: isStepCount(2) });
+      return { id: job.id, error: null };
+    }
     if (job.api === "generateText") {
       const r = await generateText(common);
       result.message = { reasoning: r.reasoningText ?? null, content: r.text || null, tool_calls: callsOf(r.toolCalls) };

@@ -93,12 +93,13 @@ def _openai_parallel_false(base_url: str, model: str, request: Mapping[str, Any]
 
 def _litellm(**extra: Any) -> Callable[..., str]:
     def call(base_url: str, model: str, request: Mapping[str, Any]) -> str:
-        from conformance.clients.py_litellm import _litellm as litellm
+        from conformance.clients.py_litellm import imported
 
-        message = litellm().completion(model=f"openai/{model}", api_base=base_url, api_key="replay",
-                                       messages=request["messages"], tools=request["tools"], timeout=CALL_TIMEOUT,
-                                       max_retries=0, **{k: v(request) if callable(v) else v for k, v in extra.items()},
-                                       ).choices[0].message
+        message = imported().completion(model=f"openai/{model}", api_base=base_url, api_key="replay",
+                                        messages=request["messages"], tools=request["tools"], timeout=CALL_TIMEOUT,
+                                        max_retries=0,
+                                        **{k: v(request) if callable(v) else v for k, v in extra.items()},
+                                        ).choices[0].message
         return _calls([{"name": c.function.name, "arguments": c.function.arguments} for c in message.tool_calls or []])
     return call
 

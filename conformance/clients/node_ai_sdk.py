@@ -1,7 +1,8 @@
 """The Vercel AI SDK (`ai` + `@ai-sdk/openai-compatible`, the pinned Node project in clients/node) over
-replayed answers: `generateText` and `streamText`. One Node process runs a whole batch of jobs
-(clients/node/replay.mjs reads a JSON job list, writes one JSON result per line); a batch that cannot
-start, times out or stops early raises `BatchFailed` with the jobs it finished."""
+replayed answers: `generateText` and `streamText`, and `generateText`'s two-step tool loop (the second turn).
+One Node process runs a whole batch of jobs (clients/node/replay.mjs reads a JSON job list, writes one JSON
+result per line); a batch that cannot start, times out or stops early raises `BatchFailed` with the jobs
+it finished."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from conformance.clients.jobs import CALL_TIMEOUT, Job, Rebuilt
 from conformance.record.wire import Message, ToolCall
@@ -22,6 +23,7 @@ from conformance.util.package_paths import NODE_PROJECT_DIR
 
 NODE_PROJECT_ENV = "CONFORMANCE_NODE_CLIENTS"  # another directory holding replay.mjs and its node_modules
 BATCH_TIMEOUT_ENV = "CONFORMANCE_NODE_BATCH_TIMEOUT"  # seconds a whole batch may take (default: batch_timeout)
+T = TypeVar("T")
 
 
 class NodeUnavailable(RuntimeError):
@@ -30,9 +32,10 @@ class NodeUnavailable(RuntimeError):
 
 class BatchFailed(RuntimeError):
     """A Node batch that could not start, timed out or stopped early; `finished` holds the results of
-    the jobs it finished before (by key); the message says what happened."""
+    the jobs it finished before (by key: a `Rebuilt`, or for second turns the error text or None); the
+    message says what happened."""
 
-    def __init__(self, message: str, finished: dict[str, Rebuilt]) -> None:
+    def __init__(self, message: str, finished: dict[str, Any]) -> None:
         super().__init__(message)
         self.finished = finished
 
@@ -72,11 +75,26 @@ def version() -> str:
 
 def run_batch(jobs: Sequence[Job]) -> dict[str, Rebuilt]:
     """Every job's result, by key, from one Node process (BatchFailed when it does not give them all)."""
-    payload = [{"id": job.key, "api": job.api.removeprefix("ai-sdk."), "baseURL": job.base_url, "model": job.model,
-                "messages": job.messages, "tools": job.tools, "toolChoice": _tool_choice(job.tool_choice)}
-               for job in jobs]
+    return _batch([_payload(job) for job in jobs], _rebuilt)
+
+
+def run_second_turns(jobs: Sequence[tuple[Job, Sequence[str]]]) -> dict[str, str | None]:
+    """Per job (by key), the error the SDK raised (None: it sent its second request, which the replay
+    server at the job's base URL captured), from one Node process: `generateText` with tools whose
+    `execute` returns the job's tool results in call order, and `stopWhen: isStepCount(2)`."""
+    payload = [{**_payload(job), "api": "generateText-turn2", "toolResults": list(results)} for job, results in jobs]
+    return _batch(payload, lambda value: value.get("error"))
+
+
+def _payload(job: Job) -> dict[str, Any]:
+    return {"id": job.key, "api": job.api.removeprefix("ai-sdk."), "baseURL": job.base_url, "model": job.model,
+            "messages": job.messages, "tools": job.tools, "toolChoice": _tool_choice(job.tool_choice)}
+
+
+def _batch(payload: Sequence[dict[str, Any]], read: Callable[[dict[str, Any]], T]) -> dict[str, T]:
+    """Each job's result line read by `read`, by key (BatchFailed when the batch does not give them all)."""
     try:
-        timeout = batch_timeout(len(jobs))
+        timeout = batch_timeout(len(payload))
         with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as handle:
             json.dump(payload, handle)
             handle.flush()
@@ -84,17 +102,17 @@ def run_batch(jobs: Sequence[Job]) -> dict[str, Rebuilt]:
                                                               timeout)
     except (NodeUnavailable, OSError) as exc:
         raise BatchFailed(f"the Node batch could not start: {exc}", {}) from None
-    results: dict[str, Rebuilt] = {}
+    results: dict[str, T] = {}
     for line in stdout.splitlines()[1:]:
         try:
             value = parse_json(line, MAX_RECORD_DEPTH)  # a client's rebuild of an answer, one level down
-            results[value["id"]] = _rebuilt(value)
+            results[value["id"]] = read(value)
         except (ValueError, KeyError, TypeError, AttributeError):
             raise BatchFailed(f"the Node batch wrote a line that is not a result: {line[:200]!r}", results) from None
-    done = f"{len(results)} of {len(jobs)} jobs done"
+    done = f"{len(results)} of {len(payload)} jobs done"
     if timed_out:
         raise BatchFailed(f"the Node batch timed out after {timeout:g} s and was killed ({done})", results)
-    if returncode != 0 or len(results) != len(jobs):
+    if returncode != 0 or len(results) != len(payload):
         raise BatchFailed(f"the Node batch {_ended(returncode)} ({done}): {_last_line(stderr)}", results)
     return results
 

@@ -12,7 +12,8 @@ from conformance.clients.jobs import CALL_TIMEOUT, Job, Rebuilt, error_text
 from conformance.record.wire import Message, ToolCall
 
 
-def _litellm() -> Any:
+def imported() -> Any:
+    """The litellm module, set up offline and quiet."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no download of the cost map
     import litellm
 
@@ -28,7 +29,7 @@ def version() -> str:
 
 
 def run(job: Job) -> Rebuilt:
-    litellm = _litellm()
+    litellm = imported()
     kwargs: dict[str, Any] = {"model": f"openai/{job.model}", "api_base": job.base_url, "api_key": "replay",
                               "messages": job.messages, "timeout": CALL_TIMEOUT, "max_retries": 0}
     if job.tools:

@@ -8,7 +8,8 @@ is sent as the recorded `data:` lines, each `data: <line>` and a blank line, one
 refusal as its status and error body. A transcript keeps those two bodies parsed: they are written
 back as UTF-8 JSON, a lone surrogate (which the server can only have sent as an escape) as its
 `\\ud800` escape. The request bodies a client sends are kept (`requests`), which is also how the
-request side captures what a client really sends.
+request side captures what a client really sends. A slot may answer its first request with one answer
+and every later one with another (`register(answer, then=...)`: turn 1 of a tool loop, then turn 2).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def body_bytes(body: Any) -> bytes:
 @dataclass
 class _Slot:
     answer: Answer
+    then: Answer | None = None  # the answer to every request after the first (None: `answer` again)
     requests: list[Any] = field(default_factory=list)  # every JSON body received under this prefix
 
 
@@ -70,10 +72,10 @@ class ReplayServer:
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
 
-    def register(self, answer: Answer) -> int:
-        """A slot for `answer`; its base URL is `base_url(slot)`."""
+    def register(self, answer: Answer, then: Answer | None = None) -> int:
+        """A slot for `answer` (and `then` for the requests after its first); its base URL is `base_url(slot)`."""
         with self._lock:
-            self._slots.append(_Slot(answer))
+            self._slots.append(_Slot(answer, then))
             return len(self._slots) - 1
 
     def base_url(self, slot: int) -> str:
@@ -126,10 +128,13 @@ def _handler_for(server: ReplayServer) -> type[BaseHTTPRequestHandler]:
                 self._send(Answer(404, "application/json", (b'{"error": {"message": "no recording here"}}',)))
                 return
             try:
-                slot.requests.append(parse_json(raw) if raw else None)
+                body = parse_json(raw) if raw else None
             except ValueError:
-                slot.requests.append(raw.decode("utf-8", "replace"))
-            self._send(slot.answer)
+                body = raw.decode("utf-8", "replace")
+            with server._lock:
+                slot.requests.append(body)
+                answer = slot.answer if len(slot.requests) == 1 or slot.then is None else slot.then
+            self._send(answer)
 
         def do_GET(self) -> None:
             self._send(Answer(404, "application/json", (b'{"error": {"message": "no such route"}}',)))
