@@ -173,7 +173,8 @@ def test_a_client_not_installed_gives_every_job_that_reason(monkeypatch, tmp_pat
     monkeypatch.setenv(NODE_PROJECT_ENV, str(tmp_path))  # a Node project without the AI SDK
     bodies = CLIENT_REBUILDERS["ai-sdk"](list(JOBS.values()))
     assert set(bodies) == set(JOBS)
-    assert all(b.body is None and b.error and b.error.startswith("ai-sdk is not installed: ") for b in bodies.values())
+    assert all(b.body is None and not b.available and b.error and b.error.startswith("ai-sdk is not installed: ")
+               for b in bodies.values())
 
 
 def test_a_slot_answers_its_first_request_then_every_later_one_with_its_second_answer():

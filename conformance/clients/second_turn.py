@@ -119,7 +119,9 @@ def _turn_body(server: ReplayServer, slot: int, error: str | None) -> TurnBody:
 
 def _not_installed(client: ClientName, jobs: Sequence[TurnJob]) -> dict[str, TurnBody] | None:
     why = unavailable(client)
-    return None if why is None else {job.key: TurnBody(None, f"{client} is not installed: {why}") for job in jobs}
+    if why is None:
+        return None
+    return {job.key: TurnBody(None, f"{client} is not installed: {why}", available=False) for job in jobs}
 
 
 def _python_rebuilder(client: ClientName, loop: Loop) -> TurnRebuilder:

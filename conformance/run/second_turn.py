@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -180,7 +181,7 @@ async def send_second_turn(sender: TurnSender, case: Case, job: TurnJob, name: s
     """`rebuild`'s turn 2 of `case` (a client library runs in a thread), sent forced, the forced answer verified
     and the server's renderings of the request and of the reference conversation recorded."""
     mode, target = second_turn_mode(name), sender.target
-    body = (await asyncio.to_thread(rebuild, [job])).get(job.key)
+    body = (await asyncio.to_thread(_one_at_a_time, rebuild, job)).get(job.key)
     if body is None or body.body is None:
         why = body.error if body is not None else "the rebuilder gave no body"
         return turn2_not_sent(case, target, mode, repeat, "client_unavailable" if body and not body.available else None,
@@ -196,6 +197,16 @@ async def send_second_turn(sender: TurnSender, case: Case, job: TurnJob, name: s
     except (ForcingUnsupported, ServerRefused, TimeoutError, OSError, ValueError, LookupError) as exc:
         transcript.prompts_error = target.redact(f"{type(exc).__name__}: {exc}")
     return transcript
+
+
+# Rebuilders run one at a time, whichever run (a gate's two sides) asks: two client libraries imported at
+# once in two threads met a half-imported httpx ("partially initialized module"), measured.
+_REBUILDING = threading.Lock()
+
+
+def _one_at_a_time(rebuild: TurnRebuilder, job: TurnJob) -> Mapping[str, TurnBody]:
+    with _REBUILDING:
+        return rebuild([job])
 
 
 def turn2_not_sent(case: Case, target: Target, mode: Mode, repeat: int, kind: SkipKind | None,
