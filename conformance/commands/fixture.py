@@ -36,7 +36,7 @@ variants:
   eos-closes-content full, with the content field closing on <|im_end|> (for transformers serve,
                      which hands the end token to its parser)
   closer-ends-with-anchor  full, with the tool-call closer `</tool_call>` followed by the start
-                     anchor `<|im_start|>assistant\n` (the closer shape vLLM 0.33 completes)
+                     anchor `<|im_start|>assistant\\n` (the closer shape vLLM 0.33 completes)
 """
 
 
@@ -116,7 +116,7 @@ def _source(source: str) -> tuple[dict[str, Path], str]:
     path = Path(source)
     if path.is_dir():
         return source_files(path), str(path)
-    if path.exists() or source.startswith((".", "/", "~")) or source.count("/") != 1:
+    if path.exists() or source.startswith((".", "/", "~")) or source.partition("@")[0].count("/") != 1:
         raise CloneInputError(f"--from: {source!r} is neither a checkpoint directory nor a Hub repo id (owner/name)")
     try:
         entry = parse_spec(source)
