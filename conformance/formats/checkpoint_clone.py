@@ -14,10 +14,10 @@ read. A source that cannot be read raises `CloneInputError` naming the file and 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from conformance.formats.checkpoint_files import (
     GENERATION_CONFIG,
@@ -56,7 +56,6 @@ class Clone:
     delimiter_tokens: tuple[str, ...]
     stop_tokens: tuple[str, ...]
     model_type: str
-    has_response_template: bool
     notes: list[str] = field(default_factory=list)
 
 
@@ -112,8 +111,7 @@ def clone_checkpoint(files: Mapping[str, Path], directory: Path, source: str) ->
     build_checkpoint(directory, form, response_template, settings)
     if response_template is not None:
         _keep_key_order(Path(directory) / TOKENIZER_CONFIG, response_template)
-    return Clone(Path(directory), form.special_tokens, form.delimiter_tokens, form.stop_tokens, model_type,
-                 response_template is not None, notes)
+    return Clone(Path(directory), form.special_tokens, form.delimiter_tokens, form.stop_tokens, model_type, notes)
 
 
 def _keep_key_order(path: Path, response_template: dict) -> None:
@@ -124,11 +122,11 @@ def _keep_key_order(path: Path, response_template: dict) -> None:
     write_atomically(path, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
-def _refuse(source: str, filename: str, where: str, problem: str) -> None:
+def _refuse(source: str, filename: str, where: str, problem: str) -> NoReturn:
     raise CloneInputError(f"{source}/{filename}: {where}: {problem}")
 
 
-def _read(reader: Any, source: str) -> Any:
+def _read(reader: Callable[[], Any], source: str) -> Any:
     try:
         return reader()
     except FetchError as exc:  # it names the file (and the position)
