@@ -113,9 +113,14 @@ def read_stop_token_ids(path: Path) -> tuple[int, ...]:
 
 
 def read_added_tokens(path: Path) -> dict[int, str]:
-    """tokenizer.json's added tokens, id -> text, read from its first MAX_FILE_BYTES bytes only: the list comes
-    before the vocabulary, which makes the file itself far larger (Gemma's: tens of MB). A list that does not
-    end within those bytes, or cannot be read, gives none; an unreadable file is an OSError."""
+    """tokenizer.json's added tokens, id -> text (see `read_added_token_entries`)."""
+    return {token_id: content for token_id, (content, _) in read_added_token_entries(path).items()}
+
+
+def read_added_token_entries(path: Path) -> dict[int, tuple[str, bool]]:
+    """tokenizer.json's added tokens, id -> (text, whether special), read from its first MAX_FILE_BYTES bytes only:
+    the list comes before the vocabulary, which makes the file itself far larger (Gemma's: tens of MB). A list
+    that does not end within those bytes, or cannot be read, gives none; an unreadable file is an OSError."""
     with open_regular(path, 2**63 - 1, "a tokenizer") as handle:
         head = handle.read(MAX_FILE_BYTES).decode("utf-8", "replace")
     key = head.find('"added_tokens"')
@@ -126,5 +131,6 @@ def read_added_tokens(path: Path) -> dict[int, str]:
         tokens, _ = json.JSONDecoder().raw_decode(head, start)
     except (ValueError, RecursionError):
         return {}
-    return {token["id"]: token["content"] for token in tokens if isinstance(token, dict)
-            and isinstance(token.get("id"), int) and isinstance(token.get("content"), str)} if isinstance(tokens, list) else {}
+    return {token["id"]: (token["content"], token.get("special") is True) for token in tokens
+            if isinstance(token, dict) and isinstance(token.get("id"), int) and isinstance(token.get("content"), str)
+            } if isinstance(tokens, list) else {}

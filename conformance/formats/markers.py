@@ -4,9 +4,11 @@ never another format's; the default format's (the tiny checkpoint's) only when n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import regex
 
 from conformance.formats.checkpoint_files import FetchError, read_tokenizer_config
 from conformance.formats.format import Format
@@ -76,3 +78,94 @@ def markers_for_checkpoint(checkpoint: Path | None, form: Format | None = None) 
     except FetchError as exc:  # it names the file (and line); say which directory
         raise CheckpointError(f"{checkpoint}/{exc}") from exc
     return template_markers(config.get("response_template"))
+
+
+# A tag in a chat template's text: `<tools>`, `</tool_call>`, `<|im_start|>`, `<|turn>`, `<|"|>`, `<｜Assistant｜>`
+# (not an instruction's example such as `<function=example_name>`).
+_TEMPLATE_TAG = regex.compile(r'</?[|｜]?[\w"|｜▁-]{1,62}>')
+
+
+def pattern_literal_runs(pattern: str) -> list[str]:
+    """The runs of literal text a regex always spells where it matches them: `\\s*<tool_call>\\s*<function=(?P<n>\\w+)>`
+    gives `<tool_call>` and `<function=` (and `>`); an alternation gives each branch's runs. A character a
+    quantifier makes optional or repeated ends the run before it; classes, groups' headers and escapes like
+    `\\s` end a run too."""
+    runs: list[str] = []
+    run: list[str] = []
+
+    def cut() -> None:
+        if run:
+            runs.append("".join(run))
+            run.clear()
+
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        index += 1
+        if char == "\\" and index < len(pattern):
+            escaped = pattern[index]
+            index += 1
+            if escaped.isalnum():  # \s, \d, \n, \1 ...: not one fixed literal character here
+                cut()
+            else:
+                run.append(escaped)
+        elif char == "[":  # a class: skip to its closing bracket
+            cut()
+            index += pattern[index:index + 1] == "^"
+            index += pattern[index:index + 1] == "]"
+            while index < len(pattern) and pattern[index] != "]":
+                index += 2 if pattern[index] == "\\" else 1
+            index += 1
+        elif char == "(":
+            cut()
+            if pattern[index:index + 1] == "?":  # a group's header: (?:, (?P<name>, (?<=, (?i) ...
+                header = regex.match(r"\?(?:P?<(?![=!])[^>]*>|P=[^)]*\)|<[=!]|[:=!>|]|[a-zA-Z-]*[:)])", pattern[index:])
+                index += header.end() if header else 1
+        elif char in "?*+" or (char == "{" and regex.match(r"\d*(?:,\d*)?\}", pattern[index:])):
+            if run:  # the character before a quantifier is optional or repeated
+                run.pop()
+            cut()
+            if char == "{":
+                index = pattern.index("}", index) + 1
+        elif char in "|)^$.":
+            cut()
+        else:
+            run.append(char)
+    cut()
+    return runs
+
+
+def template_delimiters(response_template: Mapping[str, Any] | None, chat_template: str | None,
+                        known_tokens: Sequence[str] = ()) -> tuple[str, ...]:
+    """Every literal delimiter of a checkpoint's two templates, each to be one token of its tiny clone: the
+    response_template's fields' open/close literals and the literal runs of their patterns (and of their
+    `content_args` patterns), split at whitespace, with the checkpoint's own tokens (`known_tokens`) cut out
+    and plain words dropped (`<|channel>thought` gives no `thought`); and every tag the chat template's text
+    writes (`<tools>`, `<|im_start|>`). Tokens the checkpoint already has are not repeated."""
+    pieces: list[str] = []
+    fields = response_template.get("fields") if isinstance(response_template, Mapping) else None
+    for spec in (fields or {}).values() if isinstance(fields, Mapping) else ():
+        if not isinstance(spec, Mapping):
+            continue
+        args = spec.get("content_args")
+        patterns = [value for key, value in (args.items() if isinstance(args, Mapping) else ())
+                    if key.endswith("pattern")]
+        for key in ("open", "close", "open_pattern", "close_pattern"):
+            values = spec.get(key)
+            values = [values] if isinstance(values, str) else values if isinstance(values, list) else []
+            if key.endswith("_pattern"):
+                patterns += values
+            else:
+                pieces += [value for value in values if isinstance(value, str)]
+        for pattern in patterns:
+            pieces += pattern_literal_runs(pattern) if isinstance(pattern, str) else []
+    known = sorted(set(known_tokens), key=len, reverse=True)
+    cutter = regex.compile("|".join(regex.escape(token) for token in known)) if known else None
+    found: list[str] = []
+    for piece in pieces:
+        for word in piece.split():
+            for part in cutter.split(word) if cutter else [word]:
+                if len(part) > 1 and not regex.fullmatch(r"\w+", part):
+                    found.append(part)
+    found += _TEMPLATE_TAG.findall(chat_template or "")
+    return tuple(token for token in dict.fromkeys(found) if token not in set(known_tokens))

@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from conformance.formats.format import Format
 from conformance.formats.registry import DEFAULT_FORMAT
@@ -47,6 +48,15 @@ SEED = 20261130
 LENGTH_DIMENSION = 0
 FINAL_NORM_GAIN = 100.0
 NOISE_SCALE = 0.02
+EXTRA_TEMPLATES = "additional_chat_templates"  # transformers' folder of a tokenizer's further named chat templates
+# The model types vLLM 0.32 decides by (a clone keeps its source's where the tiny body still loads).
+SERVER_MODEL_TYPES = {
+    "gpt_oss": "harmony rendering and parsing (vllm/entrypoints/openai/chat_completion/serving.py)",
+    **{name: "tool-call ids `functions.NAME:INDEX` (vllm/renderers/chat_utils.py)"
+       for name in ("kimi_k2", "kimi_k25", "kimi_k3")},
+}
+_BODY_SETTINGS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings")
 
 # The BPE training text: no "<" or ">" anywhere (see the module docstring).
 TRAINING_TEXT = (
@@ -78,10 +88,18 @@ def build_fixture(directory: Path, variant: str = "full", form: Format = DEFAULT
     time, randomness or what the directory held before).
     """
     check_variant(variant, form)
+    return build_checkpoint(directory, form, response_template_for(variant, form))
+
+
+def build_checkpoint(directory: Path, form: Format, response_template: dict | None,
+                     tokenizer_settings: Mapping[str, Any] | None = None) -> Path:
+    """Write the tiny checkpoint of `form`'s tokens, templates and end tokens with `response_template` (None:
+    none) into `directory`; `tokenizer_settings` are further settings of the saved tokenizer (a `bos_token`,
+    a `chat_template` of several named templates)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = _build_tokenizer(form)
-    _save_tokenizer(tokenizer, directory, form, response_template_for(variant, form))
+    _save_tokenizer(tokenizer, directory, form, response_template, tokenizer_settings or {})
     token_lengths = _token_byte_lengths(tokenizer)
     vocab_size = len(token_lengths)
     _write_json(directory / "config.json", _model_config(tokenizer, vocab_size, form))
@@ -91,6 +109,25 @@ def build_fixture(directory: Path, variant: str = "full", form: Format = DEFAULT
     )
     _save_weights(directory / "model.safetensors", token_lengths)
     return directory
+
+
+def model_type_refused(model_type: str) -> str | None:
+    """Why a checkpoint's `model_type` cannot be kept in its tiny clone (None: it can): kept are `qwen3` and
+    the model types a server decides by (SERVER_MODEL_TYPES) whose transformers configuration reads the tiny
+    Qwen3 body's settings unchanged."""
+    from transformers import AutoConfig
+
+    if model_type == "qwen3":
+        return None
+    if model_type not in SERVER_MODEL_TYPES:
+        return "no server the suite runs decides by it"
+    body = {key: value for key, value in _model_config(None, 1, DEFAULT_FORMAT).items() if key in _BODY_SETTINGS}
+    try:
+        config = AutoConfig.for_model(model_type, **body)
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"transformers cannot configure it: {exc}"
+    changed = sorted(key for key, value in body.items() if getattr(config, key, None) != value)
+    return f"its transformers configuration changes the tiny body's {', '.join(changed)}" if changed else None
 
 
 def _build_tokenizer(form: Format):
@@ -110,7 +147,8 @@ def _build_tokenizer(form: Format):
     return tokenizer
 
 
-def _save_tokenizer(tokenizer, directory: Path, form: Format, response_template: dict | None) -> None:
+def _save_tokenizer(tokenizer, directory: Path, form: Format, response_template: dict | None,
+                    settings: Mapping[str, Any]) -> None:
     """Save through transformers, as a checkpoint author would (tokenizer_config.json and
     chat_template.jinja come out in transformers' own layout)."""
     from transformers import PreTrainedTokenizerFast
@@ -121,7 +159,7 @@ def _save_tokenizer(tokenizer, directory: Path, form: Format, response_template:
         eos_token=form.eos_token,
         pad_token=form.pad_token,
         model_max_length=MAX_POSITIONS,
-        chat_template=form.chat_template,
+        **{"chat_template": form.chat_template, **settings},
         **extra,
     )
     # Save into a scratch directory and move the files, so stale files of a previous variant
@@ -135,6 +173,9 @@ def _save_tokenizer(tokenizer, directory: Path, form: Format, response_template:
                 shutil.copyfile(source, target)
             elif target.exists():
                 target.unlink()
+        shutil.rmtree(directory / EXTRA_TEMPLATES, ignore_errors=True)
+        if (Path(scratch) / EXTRA_TEMPLATES).is_dir():
+            shutil.copytree(Path(scratch) / EXTRA_TEMPLATES, directory / EXTRA_TEMPLATES)
 
 
 def _token_byte_lengths(tokenizer) -> np.ndarray:
@@ -150,7 +191,7 @@ def _token_byte_lengths(tokenizer) -> np.ndarray:
     return lengths
 
 
-def _model_config(tokenizer, vocab_size: int, form: Format) -> dict:
+def _model_config(tokenizer: Any, vocab_size: int, form: Format) -> dict:
     return {
         "architectures": ["Qwen3ForCausalLM"],
         "model_type": form.model_type,
@@ -170,8 +211,8 @@ def _model_config(tokenizer, vocab_size: int, form: Format) -> dict:
         "tie_word_embeddings": True,
         "dtype": "float32",
         "bos_token_id": None,
-        "eos_token_id": tokenizer.token_to_id(form.eos_token),
-        "pad_token_id": tokenizer.token_to_id(form.pad_token),
+        "eos_token_id": tokenizer.token_to_id(form.eos_token) if tokenizer else None,
+        "pad_token_id": tokenizer.token_to_id(form.pad_token) if tokenizer else None,
     }
 
 
