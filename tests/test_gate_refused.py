@@ -13,7 +13,9 @@ import pytest
 from conformance.audit.launch_parsers import choose, options_of
 from conformance.audit.predictors.vllm_032 import THINKING_REQUIRED, StartupVerdict
 from conformance.cli import main
+from conformance.compare.summary import row_of
 from conformance.formats.registry import DEFAULT_FORMAT
+from conformance.report.gate.view import stamp_rows
 from conformance.servers.profiles import PROFILES, served_profile
 from conformance.servers.vllm import HF_FLAGS, find_vllm_error, is_vllm_refusal
 from tests.test_profiles import fake_record, fake_venv
@@ -60,6 +62,7 @@ def test_a_candidate_that_refuses_to_start_fails_the_gate_with_its_own_message_f
     html = (out / "report.html").read_text()
     assert html.index("unsupported semantic fields") < html.index("Servers compared")
     assert "refuses to start" in capsys.readouterr().out
+    assert row_of(out, tmp_path)["verdict"] == "broke"  # a CI matrix's summary: nothing to acknowledge
 
 
 def test_a_baseline_that_refuses_to_start_is_an_infrastructure_error(fake_profiles, tmp_path, capsys):
@@ -101,3 +104,13 @@ def test_hf_is_launched_with_the_parsers_the_template_is_predicted_to_start():
     assert (none.flags, none.note) == (None, None) and "predicted to refuse" in none.message
     launched = served_profile("hf", DEFAULT_FORMAT, tool_only.flags)
     assert launched.launch.flags == tool_only.flags and PROFILES["hf"].launch.flags == HF_FLAGS
+
+
+def test_a_stamp_row_one_side_alone_has_stays_on_its_line():
+    """The launch note (like the server build) is on one side only: before, the rows after it slid by one."""
+    stamps = {"baseline": {"profile": "legacy", "recorded_at": "t0", "completion": "complete"},
+              "candidate": {"profile": "hf", "launch_note": "--reasoning-parser hf left out", "recorded_at": "t1",
+                            "completion": "complete"}}
+    rows = {label: (b, c) for label, b, c in stamp_rows({"sides": {side: {"stamp": stamp} for side, stamp in stamps.items()}})}
+    assert rows["flags chosen"] == ("none", "--reasoning-parser hf left out")
+    assert rows["recorded"] == ("t0", "t1") and rows["run"] == ("complete", "complete")

@@ -200,10 +200,13 @@ def refusal(gate: Mapping[str, Any]) -> Refusal | None:
 def stamp_rows(gate: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(label, baseline, candidate) rows: results counts, then the stamp fields either side knows."""
     sides = gate.get("sides") or {}
-    stamps = [stamp_lines((sides.get(s) or {}).get("stamp") or {}) for s in SIDES]
+    stamps = [(sides.get(s) or {}).get("stamp") or {} for s in SIDES]
+    shown = [dict(stamp_lines(stamp)) for stamp in stamps]  # a row one side alone has (a launch note): `none` beside
     rows = [("results", *(_counts_text((sides.get(s) or {}).get("summary")) for s in SIDES))]
-    rows += [(label, plain(b, 400), plain(c, 400)) for (label, b), (_, c) in zip(*stamps)
-             if (b, c) != ("unknown", "unknown") and label != "report time"]
+    for label, _ in stamp_lines({**stamps[0], **{k: v for k, v in stamps[1].items() if v}}):
+        b, c = (side.get(label, "none") for side in shown)
+        if (b, c) != ("unknown", "unknown") and label != "report time":
+            rows.append((label, plain(b, 400), plain(c, 400)))
     return rows
 
 
