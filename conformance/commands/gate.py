@@ -362,7 +362,7 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
     interrupted)."""
     from conformance.compare.gate import build_gate
     from conformance.report.run.write import write_side_reports
-    from conformance.run.gate_sides import DEFAULT_ORIGIN, GateSetupError, run_gate_sides, targets_for
+    from conformance.run.gate_sides import DEFAULT_ORIGIN, GateSetupError, SideRefused, run_gate_sides, targets_for
 
     sides = _with_checkpoints(args, out_dir, sides)
     print(f"gate: {sides[0].profile} -> {sides[1].profile} on the {sides[0].format} format, {len(cases)} cases; "
@@ -379,6 +379,8 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
             write_side_reports(out_dir, recordings)
             gate = build_gate(*recordings, entries, strict=args.strict, cors=cors, expectations=source)
             return _finish(gate, out_dir, emit)
+    except SideRefused as refused:
+        return _refused(refused, out_dir, sides, source, emit)
     except GateSetupError as exc:
         return _error("gate", str(exc))
     except KeyboardInterrupt as stop:  # every server is stopped by now: the gate of what was recorded
@@ -389,6 +391,24 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
         print(f"gate: interrupted ({signal_name}): the gate of what was recorded follows", file=sys.stderr)
         return _finish(build_gate(*recordings, entries, strict=args.strict, expectations=source,
                                   interrupted=signal_name), out_dir, emit)
+
+
+def _refused(refused: Any, out_dir: Path, sides: list[Any], source: dict[str, Any],
+             emit: Callable[[str], None]) -> int:
+    """A launched side's server refused to start: the candidate's refusal is the gate's verdict (gate.json and
+    the reports, exit 1); the baseline's is an infrastructure error (exit 2): what runs today does not start."""
+    from conformance.compare.gate import build_refused_gate
+
+    log = os.path.relpath(refused.log_path, out_dir)
+    if refused.side == "baseline":
+        return _error("gate", f"the baseline {refused.profile} refuses to start this checkpoint, so there is nothing "
+                              f"to compare the candidate against (fix the baseline's set-up first): {refused.refusal} "
+                              f"(log: {refused.log_path})")
+    print(visible(f"gate: the {refused.side} {refused.profile} refuses to start: {refused.refusal}"), file=sys.stderr)
+    gate = build_refused_gate({"side": refused.side, "profile": refused.profile, "server": refused.server_name,
+                               "message": refused.refusal, "log": log}, refused.stamps,
+                              {side.name: side.profile for side in sides}, expectations=source)
+    return _finish(gate, out_dir, emit)
 
 
 def _recorded_so_far(out_dir: Path, side: Any) -> Any:
@@ -431,5 +451,19 @@ def _with_checkpoints(args: argparse.Namespace, out_dir: Path, sides: list[Any])
                                    FORMATS[side.format])
                 built[variant] = (folder, _directory_digest(folder))
             side = replace(side, checkpoint=built[variant][0], checkpoint_revision=built[variant][1])
-        with_checkpoints.append(side)
+        with_checkpoints.append(_with_parsers(side) if side.base_url is None else side)
     return with_checkpoints
+
+
+def _with_parsers(side: Any) -> Any:
+    """A launched side with the parsers its checkpoint's template is predicted to start with, when its profile
+    record lets the template choose (`Launch.parsers_by_template`); says so on stderr."""
+    from dataclasses import replace
+
+    from conformance.audit.launch_parsers import chosen_parsers
+    from conformance.servers.profiles import served_profile
+
+    choice = chosen_parsers(served_profile(side.profile, FORMATS[side.format]), side.checkpoint)
+    if choice.message:
+        print(visible(f"gate: {side.name} {side.profile}: {choice.message}"), file=sys.stderr)
+    return replace(side, launch_flags=choice.flags, launch_note=choice.note)

@@ -3,7 +3,8 @@ all in one `gate.json` record (format: docs/gate-format.md) that every gate repo
 
 `build_gate` is pure (recordings in, dict out), so the live `conformance gate` and `conformance
 compare` of its two recordings produce the same differences. Verdict: exit 1 on any unacknowledged
-difference and on any case that newly fails or errors under the candidate; 2 when nothing could be
+difference and on any case that newly fails or errors under the candidate, and when the candidate's server
+refuses to start the checkpoint (`build_refused_gate`: its own error line is the verdict, no case is sent); 2 when nothing could be
 compared or the baseline itself could not be judged (an `error` there hides what the candidate does);
 130 (SIGINT) or 143 (SIGTERM) for a live gate interrupted before both sides finished; 0 otherwise. Stale acknowledgements are reported, and fail only with `strict`.
 """
@@ -58,6 +59,7 @@ def build_gate(baseline: Recording, candidate: Recording, entries: Sequence[Ackn
         "sides": {side: _side(recording, cors) for side, recording in zip(SIDES, (baseline, candidate))},
         "expectations": dict(expectations) if expectations else None,
         "interrupted": interrupted,
+        "refused_to_start": None,
         "missing": missing_by_side(pairs),
         "verdict": _verdict(pairs, matched, stale, newly_failing, (baseline, candidate), strict, unrun, interrupted),
         "differences": [
@@ -72,6 +74,28 @@ def build_gate(baseline: Recording, candidate: Recording, entries: Sequence[Ackn
         "timing": timing_section([(p.case_id, p.mode, p.transcripts.get("baseline"), p.transcripts.get("candidate"))
                                   for p in pairs]),
         "cors": dict(cors) if cors else None,
+    }  # fmt: skip
+
+
+def build_refused_gate(refused: Mapping[str, Any], stamps: Mapping[str, Mapping[str, Any]],
+                       profiles: Mapping[str, str], expectations: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The gate record of a live gate whose candidate server refused to start (`refused`: its side, profile,
+    server, its own error line as `message`, its log): exit 1, no case sent; `stamps` are the sides' stamps
+    known by then, `profiles` each side's profile."""
+    line = f"the candidate {refused['profile']} refuses to start this checkpoint: {refused['message']}"
+    counts = {"unacknowledged": 0, "acknowledged": 0, "stale": 0, "newly_failing": 0, "compared": 0}
+    return {
+        "format": GATE_FORMAT, "suite_version": __version__,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "origin": None,
+        "sides": {side: {"label": profiles[side], "run_dir": None, "stamp": dict(stamps.get(side) or {"profile": profiles[side]}),
+                         "summary": {"counts": {}, "total": 0}, "startup_seconds": None, "cors_advice": None}
+                  for side in SIDES},
+        "expectations": dict(expectations) if expectations else None,
+        "interrupted": None,
+        "refused_to_start": dict(refused),
+        "missing": {side: [] for side in SIDES},
+        "verdict": {"exit_code": exit_codes.FAILED, "outcome": "fail", "line": line, **counts},
+        "differences": [], "stale": [], "behaviours": [], "timing": timing_section([]), "cors": None,
     }  # fmt: skip
 
 

@@ -31,11 +31,12 @@ class SummaryError(Exception):
     """A directory that holds neither a gate nor a run, or whose record cannot be read."""
 
 
-def gate_verdict(verdict: dict[str, Any]) -> str:
-    """The class of a gate.json `verdict`."""
+def gate_verdict(gate: dict[str, Any]) -> str:
+    """The class of a gate.json's verdict: a candidate that refuses to start broke, whatever its exit code."""
+    verdict = gate.get("verdict") or {}
     if verdict.get("exit_code") == 0:
         return PASSED
-    if verdict.get("exit_code") == 1 and not verdict.get("newly_failing"):
+    if verdict.get("exit_code") == 1 and not verdict.get("newly_failing") and not gate.get("refused_to_start"):
         return NEEDS_ACKNOWLEDGING
     return BROKE
 
@@ -71,7 +72,7 @@ def row_of(directory: Path, out_dir: Path) -> dict[str, Any]:
         return {"directory": str(directory), "kind": "gate", "checkpoint": _checkpoint(stamps[1]),
                 "format": stamps[1].get("response_format"),
                 "servers": f"{stamps[0].get('profile') or '?'} -> {stamps[1].get('profile') or '?'}",
-                "verdict": gate_verdict(verdict), "exit_code": verdict.get("exit_code"),
+                "verdict": gate_verdict(gate), "exit_code": verdict.get("exit_code"),
                 "line": str(verdict.get("line") or ""), "unacknowledged": verdict.get("unacknowledged", 0),
                 "newly_failing": verdict.get("newly_failing", 0),
                 "report_html": _link(directory, "report.html", out_dir),

@@ -24,6 +24,7 @@ def make_stamp(server: Mapping[str, Any], recorded_at: str | None = None, comple
         "response_format": server.get("format"),  # None: recorded before formats (the default one's)
         "base_url": server.get("base_url"),
         "server_args": list(server.get("args") or ()),
+        "launch_note": server.get("launch_note"),
         "recorded_at": recorded_at or now,
         "time": now,
         "completion": completion,

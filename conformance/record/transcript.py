@@ -35,6 +35,7 @@ class ServerStamp:
     checkpoint_revision: str | None = None
     build: str | None = None  # how a launched server was assembled, when no one ships it (Server.build_note)
     format: str | None = None  # the response format its checkpoint writes (None: recorded before formats)
+    launch_note: str | None = None  # why a launched server's flags differ from its profile record's (None: they do not)
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ class Target:
     args: tuple[str, ...] = ()
     checkpoint_revision: str | None = None
     build: str | None = None  # the launched record's build note (a combination no one ships), for the stamp
+    launch_note: str | None = None  # why a launched server's flags differ from its record's, for the stamp
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES  # a longer SSE line (or non-streaming body) is an `error`
     fixture_variant: str | None = None  # the tiny checkpoint's variant it serves; None: its profile record's
     format: str = DEFAULT_FORMAT.name  # the response format its checkpoint writes (conformance.formats.registry)
@@ -90,7 +91,7 @@ class Target:
 
     def stamp(self) -> ServerStamp:
         return ServerStamp(self.shown_url, self.model, self.profile, self.version, self.args, self.checkpoint_revision,
-                           self.build, self.format)
+                           self.build, self.format, self.launch_note)
 
 
 def target_of(server: Server, profile: str | None = None, **options: Any) -> Target:

@@ -2,9 +2,11 @@
 at once, each side recorded as an ordinary run directory, plus a CORS preflight from a browser origin.
 
 `GateSide` says where one side is: a profile launched on a checkpoint (the tiny one by default), or
-a URL with the model name and the profile whose expectations apply. `run_gate_sides` starts what
-needs starting (every server at once: vLLM's start-up dominates), runs both case sets concurrently
-through the one engine, and stops every server it started, also on Ctrl-C.
+a URL with the model name and the profile whose expectations apply. `targets_for` starts what
+needs starting (every server at once: vLLM's start-up dominates) and stops every server it started,
+also on Ctrl-C; a launched server that exits at start-up with its own refusal is `SideRefused` (the
+stamps of every side known by then with it), any other failed start a `GateSetupError`.
+`run_gate_sides` runs both case sets concurrently through the one engine.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from conformance.formats.markers import markers_for_checkpoint
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.record.case_model import PREFLIGHT_MODES, Case
 from conformance.record.run_dir import Recording
+from conformance.record.stamp import make_stamp
+from conformance.record.transcript import ServerStamp
 from conformance.run.driver import Target, make_clients, send, target_of
 from conformance.run.engine import RunOutput, request_count, run_async
 from conformance.run.second_turn import TurnRebuilder
@@ -44,6 +48,8 @@ class GateSide:
     format: str = DEFAULT_FORMAT.name  # the response format its checkpoint writes (launched: its own parsers)
     api_key: str | None = field(default=None, repr=False)  # this side's own key (None: the gate's)
     extra_args: tuple[str, ...] = ()  # a launched side's extra server arguments, after its profile's own
+    launch_flags: tuple[str, ...] | None = None  # a launched side's profile flags as chosen for its checkpoint (None: the record's)
+    launch_note: str | None = None  # why they were chosen so (stamped on its run)
 
 
 @dataclass
@@ -63,12 +69,13 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
     them all in the background (the caller writes its reports meanwhile); leaving waits until every
     one is stopped, released or not. `meanwhile` runs while the servers boot (say, imports for later)."""
     launched: dict[str, Any] = {}
+    by_name = {side.name: side for side in sides}
     for side in sides:
         if side.base_url is not None:
             continue
         try:
-            launched[side.name] = start(served_profile(side.profile, FORMATS[side.format]), side.checkpoint,
-                                        extra_args=side.extra_args, log_dir=out_dir / side.name)
+            launched[side.name] = start(served_profile(side.profile, FORMATS[side.format], side.launch_flags),
+                                        side.checkpoint, extra_args=side.extra_args, log_dir=out_dir / side.name)
         except BaseException as exc:  # a later side's set-up failed: the servers already started go too
             for process in launched.values():
                 process.stop()
@@ -93,7 +100,13 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
                     try:
                         servers[name] = wait.result()
                     except ServerStartError as exc:
-                        raise GateSetupError(f"could not start the {name} server: {exc}") from exc
+                        if exc.refusal is None:
+                            raise GateSetupError(f"could not start the {name} server: {exc}") from exc
+                        options = {"api_key": api_key, "timeout": timeout, **forcing}
+                        stamps = {side.name: make_stamp(_target(side, servers.get(side.name), options).stamp().__dict__,
+                                                        completion=f"not run: the {name} server refused to start")
+                                  for side in sides if side.name in servers or side.base_url is not None}
+                        raise SideRefused(name, launched[name], exc, stamps, by_name[name]) from exc
                     print(f"{name}: {servers[name].profile.server_name} {servers[name].version} "
                           f"({servers[name].profile.name}) healthy after "
                           f"{servers[name].startup_seconds:.1f} s", file=sys.stderr)
@@ -103,10 +116,7 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
         runs = []
         for side in sides:
             server = servers.get(side.name)
-            options = {"api_key": side.api_key or api_key, "timeout": timeout, **forcing,
-                       "fixture_variant": side.fixture_variant, "format": side.format}
-            target = (target_of(server, side.profile, checkpoint_revision=side.checkpoint_revision, **options)
-                      if server else Target(side.base_url, side.model, side.profile, **options))
+            target = _target(side, server, {"api_key": api_key, "timeout": timeout, **forcing})
             local = server is not None and side.checkpoint is not None and Path(side.checkpoint).is_dir()  # else a repo id
             markers = markers_for_checkpoint(Path(side.checkpoint) if local else None, FORMATS[side.format])
             runs.append(SideRun(side, target, markers, round(server.startup_seconds, 1) if server else None))
@@ -118,8 +128,38 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
         stopper.shutdown()
 
 
+def _target(side: GateSide, server: Any, options: dict[str, Any]) -> Target:
+    """The Target of a side: its launched `server`, else its URL; `options` are the gate's (API key, timeout,
+    forcing), the side's own key first."""
+    options = {**options, "api_key": side.api_key or options["api_key"], "fixture_variant": side.fixture_variant,
+               "format": side.format}
+    if server is None:
+        return Target(side.base_url, side.model, side.profile, **options)
+    return target_of(server, side.profile, checkpoint_revision=side.checkpoint_revision,
+                     launch_note=side.launch_note, **options)
+
+
 class GateSetupError(Exception):
     """A side's server could not be started or reached."""
+
+
+class SideRefused(GateSetupError):
+    """A launched side's server exited at start-up with its own refusal (`refusal`, its error line): the verdict
+    on that side, not a fault of the machine. `stamps` holds the stamp of that side and of every side known to
+    be up when it refused (a side attached by URL, a server already healthy)."""
+
+    def __init__(self, name: str, process: Any, error: ServerStartError, stamps: dict[str, dict[str, Any]],
+                 side: GateSide) -> None:
+        super().__init__(f"the {name} server refuses to start: {error}")
+        self.side = name
+        self.profile = side.profile
+        self.server_name = process.profile.server_name
+        self.refusal = str(error.refusal)
+        self.log_path = error.log_path
+        refused = ServerStamp(process.root_url + "/v1", str(side.checkpoint), side.profile, args=tuple(process.command[1:]),
+                              checkpoint_revision=side.checkpoint_revision, format=side.format,
+                              launch_note=side.launch_note)
+        self.stamps = {**stamps, name: make_stamp(refused.__dict__, completion="refused to start")}
 
 
 async def _run_both(runs: Sequence[SideRun], cases: Sequence[Case], out_dir: Path, concurrency: int,

@@ -6,8 +6,8 @@
 on small CPU machines) with any extra arguments, in its own process group, on a free loopback port,
 logging to a file. A server that exits during start-up raises `ServerStartError` carrying the
 server's own error line as the record's finder reads its log (e.g. "The hf parser requires
-`response_template` metadata in the tokenizer configuration"); so does one that is not healthy in
-time. On leaving the block (normally, on an exception, on Ctrl-C) the whole process tree is
+`response_template` metadata in the tokenizer configuration"), as its `refusal` when the record counts
+the line as one; so does one that is not healthy in time (never a refusal). On leaving the block (normally, on an exception, on Ctrl-C) the whole process tree is
 stopped: SIGTERM, then SIGKILL after a grace period. If the launching process itself dies, Linux
 sends the server SIGTERM (PR_SET_PDEATHSIG).
 
@@ -49,12 +49,15 @@ _LOOPBACK = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class ServerStartError(RuntimeError):
-    """The server exited or did not become healthy. `server_error` is its own error line (or None)."""
+    """The server exited or did not become healthy. `server_error` is its own error line (or None);
+    `refusal` is that line when the server exited during start-up refusing what it was told to serve
+    (its record's `Launch.is_refusal`), None for any other failure (a timeout, a crash without a line)."""
 
-    def __init__(self, message: str, *, server_error: str | None, log_path: Path) -> None:
+    def __init__(self, message: str, *, server_error: str | None, log_path: Path, refusal: str | None = None) -> None:
         super().__init__(message)
         self.server_error = server_error
         self.log_path = log_path
+        self.refusal = refusal
 
 
 @dataclass
@@ -225,11 +228,13 @@ class ServerProcess:
             returncode = self.process.poll()
             if returncode is not None:
                 server_error = self._server_error()
+                refuses = server_error is not None and _launch_of(self.profile).is_refusal(server_error)
                 raise ServerStartError(
                     f"the {self.profile.name} server exited with code {returncode} during start-up: "
                     f"{server_error or 'no error line in its log'} (log: {self.log_path})",
                     server_error=server_error,
                     log_path=self.log_path,
+                    refusal=server_error if refuses else None,
                 )
             if _is_healthy(self.root_url + _launch_of(self.profile).health_path):
                 if self.owns_port:

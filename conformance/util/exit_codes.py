@@ -2,14 +2,15 @@
 signal exits as the shell reports a process killed by it, 128 + its number, after writing what it has."""
 
 OK = 0  # everything as expected
-FAILED = 1  # a conformance failure, an unmet expectation or an unacknowledged difference
+FAILED = 1  # a conformance failure, an unmet expectation, an unacknowledged difference, a gate's candidate refusing to start
 ERROR = 2  # usage, input or infrastructure error
 INTERRUPTED = 130  # stopped by Ctrl-C (SIGINT, 128 + 2)
 TERMINATED = 143  # stopped by SIGTERM (128 + 15): run and gate report first; other verbs die of it
 
 EPILOG = (
-    "exit codes: 0 = everything as expected; 1 = a conformance failure, unmet expectation "
-    "or unacknowledged difference; 2 = usage, input or infrastructure error; 130 = interrupted by Ctrl-C, "
+    "exit codes: 0 = everything as expected; 1 = a conformance failure, unmet expectation, "
+    "unacknowledged difference or a gate's candidate refusing to start the checkpoint; 2 = usage, input or "
+    "infrastructure error (a gate's baseline that does not start); 130 = interrupted by Ctrl-C, "
     "143 = by SIGTERM, after reporting what was done (`serve` exits 0: stopping is how it ends)"
 )
 

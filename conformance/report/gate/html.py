@@ -173,6 +173,13 @@ def _head(gate: Mapping[str, Any], labels: Mapping[str, str]) -> str:
     exit_code = (gate.get("verdict") or {}).get("exit_code")
     stamp = _table(["", _side_header(labels, "baseline"), _side_header(labels, "candidate")],
                    [[h(label), c(b), c(cand)] for label, b, cand in view.stamp_rows(gate)])
+    refused = view.refusal(gate)
+    if refused is not None:  # the server's own line first
+        return (f"<h1 id='verdict' class='fail'><span class='badge fail'>{h(outcome)}</span> the candidate "
+                f"{c(labels['candidate'])} refuses to start this checkpoint</h1>"
+                f"<p><b>{h(refused.server)} said</b>: {c(refused.message)}</p>"
+                f"<p>{segments(refused.meaning)} Gate exit code {c(exit_code)}.</p>"
+                f"<h2 id='servers'>Servers compared</h2>{stamp}")
     return (
         f"<h1 id='verdict' class='{h(outcome.lower())}'><span class='badge {h(outcome.lower())}'>{h(outcome)}</span> "
         f"{h(line)}</h1>"
@@ -402,6 +409,13 @@ def _cors(gate: Mapping[str, Any], labels: Mapping[str, str]) -> str:
     return "".join(parts)
 
 
+def _body(gate: Mapping[str, Any], groups: Sequence[DifferenceGroup], labels: Mapping[str, str], full: set[str],
+          left_out: Collection[str], chart_png: bytes | None) -> str:
+    """Everything under the servers' stamps: what a gate whose candidate started found."""
+    return (f"{_filters(gate)}{_to_do(groups, labels, left_out)}{_behaviours(gate, groups, labels, full, left_out)}"
+            f"{_stale(gate)}{_timing(gate, labels, chart_png)}{_cors(gate, labels)}")
+
+
 def render(gate: Mapping[str, Any], chart_png: bytes | None = None) -> str:
     """The page; `chart_png` (timing.png's bytes) is embedded when given."""
     labels = view.labels(gate)
@@ -418,7 +432,6 @@ def render(gate: Mapping[str, Any], chart_png: bytes | None = None) -> str:
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{h(outcome)}: {h(line)} ({h(labels['baseline'])} → {h(labels['candidate'])})</title>"
         f"<style>{STYLE}</style></head><body>"
-        f"{_head(gate, labels)}{_filters(gate)}{_to_do(groups, labels, left_out)}{_behaviours(gate, groups, labels, full, left_out)}"
-        f"{_stale(gate)}{_timing(gate, labels, chart_png)}{_cors(gate, labels)}{footer}"
+        f"{_head(gate, labels)}{'' if view.refusal(gate) else _body(gate, groups, labels, full, left_out, chart_png)}{footer}"
         f"<script>{SCRIPT}</script></body></html>\n"
     )

@@ -49,6 +49,11 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], more: str = "ro
 def _verdict(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
     icon, outcome, line = view.verdict(gate)
     exit_code = (gate.get("verdict") or {}).get("exit_code")
+    refused = view.refusal(gate)
+    if refused is not None:  # the server's own line first
+        return [f"# {icon} {outcome}: the candidate {code(labels['candidate'])} refuses to start this checkpoint", "",
+                f"**{text(refused.server)} said**: {code(refused.message)}", "",
+                f"{segments(refused.meaning)} Gate exit code {code(str(exit_code))}."]
     return [
         f"# {icon} {outcome}: {text(line)}", "",
         f"**Switch gate**: {code(labels['baseline'])} (baseline, what clients get today) → "
@@ -225,12 +230,13 @@ def _cors(gate: Mapping[str, Any], labels: Mapping[str, str]) -> list[str]:
 def render(gate: Mapping[str, Any]) -> str:
     labels = view.labels(gate)
     groups = view.difference_groups(gate)
-    before = _head(gate, labels) + _to_do(groups, labels)
-    after = _stale(gate) + _timing(gate, labels) + _cors(gate, labels)
+    refused = view.refusal(gate) is not None  # nothing was sent: no differences, timing or browser access to show
+    before = _head(gate, labels) + ([] if refused else _to_do(groups, labels))
+    after = [] if refused else _stale(gate) + _timing(gate, labels) + _cors(gate, labels)
     after += ["", "---", f"_Made by hf-parser-conformance {text(view.plain(gate.get('suite_version') or '?'))} "
               f"from `gate.json` ({text(view.plain(gate.get('format') or '?'))}), {text(view.plain(gate.get('created_at') or ''))}._"]
     budget = MAX_BYTES - len("\n".join(before + after).encode()) - 4096
-    document = "\n".join(before + _behaviours(gate, groups, labels, budget) + after) + "\n"
+    document = "\n".join(before + ([] if refused else _behaviours(gate, groups, labels, budget)) + after) + "\n"
     if len(document.encode()) > MAX_BYTES:  # only if the capped tables alone are that large
         document = document.encode()[: MAX_BYTES - 200].decode("utf-8", "ignore").rsplit("\n", 1)[0]
         document += "\n\n_Report truncated at GitHub's size limit; see report.html or gate.json._\n"
@@ -246,6 +252,8 @@ def render_summary(gate: Mapping[str, Any]) -> str:
     stamps, timing and browser access stay in report.html, report.md and gate.json (a passing gate's whole
     report ran to thousands of lines there)."""
     labels = view.labels(gate)
+    if view.refusal(gate) is not None:
+        return "\n".join(_verdict(gate, labels)) + "\n"
     groups = view.difference_groups(gate)
     open_groups = [group for group in groups if not group.acknowledged]
     lines = _verdict(gate, labels) + _to_do(groups, labels)

@@ -177,13 +177,37 @@ def verdict(gate: Mapping[str, Any]) -> tuple[str, str, str]:
     return VERDICT_ICONS.get(outcome, "💥"), outcome.upper(), plain(v.get("line") or "no verdict recorded", 500)
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A candidate server that refused to start (gate.json's `refused_to_start`): the gate's verdict."""
+
+    server: str  # what to call it ("vLLM")
+    message: str  # its own error line
+    meaning: Segments  # what that means for the gate, where its log is
+
+
+def refusal(gate: Mapping[str, Any]) -> Refusal | None:
+    """The candidate's refusal to start, shown first by every view (None: it started)."""
+    refused = gate.get("refused_to_start")
+    if not isinstance(refused, Mapping):
+        return None
+    meaning: Segments = [
+        "Its server exited at start-up with this line, so no case was sent to either server: the candidate does not "
+        "run on this checkpoint, and that is the gate's verdict. Its log: ", Code(plain(refused.get("log") or "", 300)),
+        "; the flags it was given are under Servers compared."]
+    return Refusal(plain(refused.get("server") or "the server", 60), plain(refused.get("message") or "", 2000), meaning)
+
+
 def stamp_rows(gate: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(label, baseline, candidate) rows: results counts, then the stamp fields either side knows."""
     sides = gate.get("sides") or {}
-    stamps = [stamp_lines((sides.get(s) or {}).get("stamp") or {}) for s in SIDES]
+    stamps = [(sides.get(s) or {}).get("stamp") or {} for s in SIDES]
+    shown = [dict(stamp_lines(stamp)) for stamp in stamps]  # a row one side alone has (a launch note): `none` beside
     rows = [("results", *(_counts_text((sides.get(s) or {}).get("summary")) for s in SIDES))]
-    rows += [(label, plain(b, 400), plain(c, 400)) for (label, b), (_, c) in zip(*stamps)
-             if (b, c) != ("unknown", "unknown") and label != "report time"]
+    for label, _ in stamp_lines({**stamps[0], **{k: v for k, v in stamps[1].items() if v}}):
+        b, c = (side.get(label, "none") for side in shown)
+        if (b, c) != ("unknown", "unknown") and label != "report time":
+            rows.append((label, plain(b, 400), plain(c, 400)))
     return rows
 
 
@@ -200,7 +224,8 @@ def _counts_text(summary: Mapping[str, Any] | None) -> str:
     if not summary:
         return "unknown"
     counts = summary.get("counts") or {}
-    return f"{summary.get('total', '?')} results: " + ", ".join(f"{n} {o}" for o, n in counts.items())
+    total = f"{summary.get('total', '?')} results"
+    return total + ": " + ", ".join(f"{n} {o}" for o, n in counts.items()) if counts else total
 
 
 def unwrapped(value: Any) -> Any:
