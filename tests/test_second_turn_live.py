@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.clients.second_turn import CLIENT_REBUILDERS
+from conformance.clients.second_turn import CLIENT_REBUILDERS, import_libraries
 from conformance.record.case_model import rebuilder_of
 from conformance.run.checks.second_turn import reasoning_fields_sent
 from conformance.run.driver import Target
@@ -38,6 +38,7 @@ def second_turn_runs(hf_server, legacy_server, tmp_path_factory):
     servers = {"legacy": legacy_server, "hf": hf_server}
     cases = [case for case in load_suite() if case.second_turn is not None]
     directories = {profile: tmp_path_factory.mktemp(profile) for profile in servers}
+    import_libraries(CLIENT_REBUILDERS)  # before any request, as the commands do
 
     async def both():
         return await asyncio.gather(*(
@@ -78,23 +79,43 @@ def test_the_prompt_each_server_renders_holds_the_turn_1_calls(second_turn_runs,
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-def test_vllm_renders_reasoning_sent_back_only_from_the_field_its_record_names(second_turn_runs, profile):
+def test_vllm_renders_reasoning_sent_back_from_the_fields_its_record_names(second_turn_runs, profile):
     _, outputs, _ = second_turn_runs
-    assert profile_record(profile).reasoning_input_fields == ("reasoning",)
-    by_mode = {}
+    assert profile_record(profile).reasoning_input_fields == ("reasoning", "reasoning_content")
     for transcript in _second(outputs[profile]):
-        by_mode.setdefault(transcript.mode, []).append(transcript)
-    for mode, rendered in (("turn2@reasoning", True), ("turn2@both-reasoning-fields", True),
-                           ("turn2@reasoning_content", False), ("turn2@no-reasoning", False)):
-        for transcript in by_mode[mode]:
-            prompts = transcript.prompts
-            compact = {name: "".join(text.split()) for name, text in prompts.items()}
-            assert compact["reference"] != compact["reference_without_reasoning"]  # the template renders reasoning
-            assert compact["sent"] == compact["reference" if rendered else "reference_without_reasoning"], mode
-    results = {(r.case_id, r.mode): r for r in outputs[profile].results}
-    lost = [c for (case, mode), r in results.items() if mode == "turn2@reasoning_content"
+        prompts = transcript.prompts
+        assert prompts["sent_from"] == "prompt_token_ids"  # the prompt the answer was generated from
+        compact = {name: "".join(text.split()) for name, text in prompts.items()}
+        assert compact["reference"] != compact["reference_without_reasoning"]  # the template renders reasoning
+        sent_reasoning = bool(reasoning_fields_sent(transcript.request))
+        assert compact["sent"] == compact["reference" if sent_reasoning else "reference_without_reasoning"], (
+            transcript.mode, prompts["sent"][-300:])
+    lost = [c for r in outputs[profile].results if r.mode == "turn2@no-reasoning"
             for c in r.checks if c.name == "second_turn_prompt"]
-    assert lost and all(c.kind == "finding" and "does not read" in c.reason for c in lost)
+    assert lost and all(c.kind == "finding" and "sent no reasoning back" in c.reason for c in lost)
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_vllm_s_tokenize_renders_reasoning_content_unlike_its_chat_request(second_turn_runs, profile, hf_server,
+                                                                          legacy_server):
+    """Why the prompt sent is read from the answer's prompt_token_ids: /tokenize does not rename
+    `reasoning_content` to `reasoning` as a chat request does (vLLM 0.32), so its rendering drops it."""
+    _, outputs, _ = second_turn_runs
+    server = {"hf": hf_server, "legacy": legacy_server}[profile]
+    transcript = next(t for t in _second(outputs[profile]) if t.mode == "turn2@reasoning_content")
+    body = {"model": server.model, "messages": transcript.request["messages"], "tools": transcript.request["tools"],
+            "add_generation_prompt": True}
+    tokenized = _post(server.base_url.removesuffix("/v1") + "/tokenize", body)["tokens"]
+    assert tokenized != transcript.response["prompt_token_ids"]
+    assert len(tokenized) < len(transcript.response["prompt_token_ids"])  # the reasoning's tokens are missing
+
+
+def _post(url: str, body: dict) -> dict:
+    import urllib.request
+
+    with urllib.request.urlopen(urllib.request.Request(url, json.dumps(body).encode(), {
+            "content-type": "application/json"}), timeout=60) as answer:
+        return json.loads(answer.read())
 
 
 def test_what_each_real_client_sends_back_is_recorded_and_judged(second_turn_runs):
@@ -107,7 +128,10 @@ def test_what_each_real_client_sends_back_is_recorded_and_judged(second_turn_run
         reasoning = reasoning_fields_sent(transcript.request)
         check = next(c for r in outputs["legacy"].results if (r.case_id, r.mode) == (transcript.case_id, transcript.mode)
                      for c in r.checks if c.name == "second_turn_prompt")
-        assert (check.outcome == "pass") == ("reasoning" in reasoning), (transcript.mode, reasoning, check.reason)
+        assert (check.outcome == "pass") == bool(reasoning), (transcript.mode, reasoning, check.reason)
+        # measured: openai-python sends `reasoning` back, LiteLLM and the AI SDK `reasoning_content`, LangChain none
+        assert reasoning == {"openai-python": ["reasoning"], "litellm": ["reasoning_content"],
+                             "ai-sdk": ["reasoning_content"], "langchain-openai": []}[rebuilder_of(transcript.mode)]
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -34,10 +34,11 @@ Every client raises on an answer without choices. None sends anything but messag
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import importlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from conformance.clients import node_ai_sdk
+from conformance.clients import node_ai_sdk, py_litellm
 from conformance.clients.idioms import TRANSPORT_FIELDS
 from conformance.clients.jobs import CALL_TIMEOUT, ClientName, Job, error_text
 from conformance.clients.replay_run import client_versions
@@ -53,6 +54,29 @@ Loop = Callable[[str, TurnJob], None]  # (base URL, job): runs one client's tool
 def unavailable(client: ClientName) -> str | None:
     """Why `client` cannot run here (None: it can)."""
     return client_versions([client])[client]["unavailable"]
+
+
+def _modules(*names: str) -> Callable[[], None]:
+    def import_them() -> None:
+        for name in names:
+            importlib.import_module(name)
+    return import_them
+
+
+# What each client's loop imports, imported by `import_libraries` (the AI SDK runs in Node; LiteLLM's set-up
+# also quiets it).
+LIBRARY_IMPORTS: dict[ClientName, Callable[[], Any]] = {
+    "openai-python": _modules("openai"), "langchain-openai": _modules("langchain_openai", "langchain_core.messages"),
+    "litellm": py_litellm.imported, "ai-sdk": _modules()}
+
+
+def import_libraries(clients: Iterable[str]) -> None:
+    """Import the client libraries of `clients` (those installed) now, in the caller's thread, before a run
+    sends anything: one imported in a rebuilder's thread while the run's own thread used httpx met a
+    half-imported httpx ("partially initialized module"), failing that run's requests (measured)."""
+    for client in clients:
+        if client in LIBRARY_IMPORTS and unavailable(client) is None:
+            LIBRARY_IMPORTS[client]()
 
 
 def _tool_fields(job: TurnJob) -> dict[str, Any]:

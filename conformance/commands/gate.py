@@ -360,6 +360,7 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
                source: dict[str, Any], emit: Callable[[str], None], rebuilders: dict[str, Any]) -> int:
     """Run both sides into `out_dir`, then write the gate of their recordings (of what they recorded, when
     interrupted)."""
+    from conformance.clients.second_turn import import_libraries
     from conformance.compare.gate import build_gate
     from conformance.report.run.write import write_side_reports
     from conformance.run.gate_sides import DEFAULT_ORIGIN, GateSetupError, SideRefused, run_gate_sides, targets_for
@@ -371,7 +372,9 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
     signal.signal(signal.SIGTERM, exit_codes.raise_terminated)  # unwind as on Ctrl-C: launched servers are stopped
     try:
         with targets_for(sides, out_dir, api_key="EMPTY", timeout=args.timeout,
-                         forcing=forcing_fields(args.forcing), meanwhile=_import_reports) as (runs, release):
+                         forcing=forcing_fields(args.forcing),
+                         meanwhile=lambda: (_import_reports(), import_libraries(rebuilders))) as (runs, release):
+            import_libraries(rebuilders)  # before any request (done already if the servers booted meanwhile)
             recordings, cors = run_gate_sides(runs, cases, out_dir, concurrency=args.concurrency,
                                               origin=args.origin or DEFAULT_ORIGIN, granularities=args.granularities,
                                               rebuilders=rebuilders)

@@ -176,10 +176,12 @@ def _run(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
 
 def _run_and_report(cases: list[Any], target: Any, markers: tuple[str, ...], out_dir: Path,
                     args: argparse.Namespace, emit: Callable[[str], None]) -> int:
+    from conformance.clients.second_turn import import_libraries
     from conformance.report.run.write import write_reports
     from conformance.run.engine import request_count
     from conformance.run.engine import run as run_engine
 
+    import_libraries(args.rebuilders)  # before any request: see import_libraries
     try:
         output = run_engine(
             cases, target, out_dir, concurrency=args.concurrency, repeat=args.repeat, natural=args.natural,

@@ -155,12 +155,23 @@ def reference_conversations(case: Case, answer: Mapping[str, Any]) -> dict[str, 
                                                                     api=True)}
 
 
-async def rendered_prompts(tokenizer: ServerTokenizer, case: Case, request: Mapping[str, Any],
+async def rendered_prompts(tokenizer: ServerTokenizer, case: Case, transcript: Transcript,
                            answer: Mapping[str, Any]) -> dict[str, str]:
-    """The prompts the server renders for the request as sent and for the reference conversations."""
-    conversations = {"sent": list(request["messages"]), **reference_conversations(case, answer)}
+    """The prompts the server rendered: for the request as sent, the prompt its answer was generated from
+    (the answer's `prompt_token_ids` decoded, `sent_from: prompt_token_ids`) where it carries them, else its
+    /tokenize rendering of the request's messages (`sent_from: tokenize`), which need not be the same: vLLM
+    0.32's chat request renames `reasoning_content` to `reasoning` before rendering, its /tokenize does not;
+    and its /tokenize renderings of the reference conversations (reasoning under both names)."""
+    request = transcript.request
     tools = request.get("tools") or case.request.get("tools")
-    return {name: await tokenizer.render_chat(messages, tools) for name, messages in conversations.items()}
+    ids = (transcript.response or {}).get("prompt_token_ids")
+    if isinstance(ids, list) and ids and all(isinstance(i, int) for i in ids):
+        prompts = {"sent": await tokenizer.detokenize(ids), "sent_from": "prompt_token_ids"}
+    else:
+        prompts = {"sent": await tokenizer.render_chat(request["messages"], tools), "sent_from": "tokenize"}
+    for name, messages in reference_conversations(case, answer).items():
+        prompts[name] = await tokenizer.render_chat(messages, tools)
+    return prompts
 
 
 @dataclass(frozen=True)
@@ -193,7 +204,7 @@ async def send_second_turn(sender: TurnSender, case: Case, job: TurnJob, name: s
         transcript.forcing_problems = await sender.verify(sent, transcript)
     try:
         async with asyncio.timeout(target.timeout):
-            transcript.prompts = await rendered_prompts(sender.renderer(), case, sent.request, job.answer)
+            transcript.prompts = await rendered_prompts(sender.renderer(), case, transcript, job.answer)
     except (ForcingUnsupported, ServerRefused, TimeoutError, OSError, ValueError, LookupError) as exc:
         transcript.prompts_error = target.redact(f"{type(exc).__name__}: {exc}")
     return transcript

@@ -58,10 +58,11 @@ def vllm_profile(name: str, flags: tuple[str, ...], description: str,
     )  # fmt: skip
 
 
-# Where each release reads an assistant message's reasoning from (its chat preprocessing). 0.32: only
-# `reasoning` (vllm/renderers/chat_utils.py, `_parse_chat_message_content`: `message.get("reasoning")`, handed
-# to the template as both names), though its message type still declares `reasoning_content`, "Deprecated".
-REASONING_INPUT_FIELDS: dict[str, tuple[str, ...]] = {"0.32": ("reasoning",)}
+# Where each release reads an assistant message's reasoning from in a chat request (the prompt it generates
+# from). 0.32: `reasoning`, and `reasoning_content` when `reasoning` is absent (ChatCompletionRequest's
+# `_normalize_messages_before` renames it; vllm/entrypoints/openai/chat_completion/protocol.py). Its /tokenize
+# request has no such renaming: there `reasoning_content` alone renders no reasoning (measured).
+REASONING_INPUT_FIELDS: dict[str, tuple[str, ...]] = {"0.32": ("reasoning", "reasoning_content")}
 
 
 HF_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hf", "--reasoning-parser", "hf")
