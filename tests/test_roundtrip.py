@@ -69,6 +69,19 @@ def test_the_same_seed_finds_the_same_counterexamples(tiny_result):
     assert again.failures == tiny_result.failures and again.seed == 0
 
 
+def test_a_seed_s_examples_do_not_depend_on_the_code_that_is_loaded(tiny_result, tmp_path, monkeypatch):
+    """Hypothesis draws literals of "local" modules (outside site-packages: this suite's own, a user's) into
+    examples; a module full of the template's own words loaded before the search must change nothing."""
+    words = [f"word{n}" for n in range(300)] + ["a", "b", " ", "  ", "x y", "Paris", "city"]
+    numbers = list(range(-50, 50)) + [2**31, -(2**31), 1e9, 0.5, -2.5]
+    (tmp_path / "local_literals.py").write_text(f"WORDS = {words!r}\nNUMBERS = {numbers!r}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("local_literals")
+    again = run_roundtrip(tiny_subject(), examples=100, seed=0)
+    assert again.failures == tiny_result.failures and again.examples == tiny_result.examples
+    assert [i["raw"] for i in again.inputs] == [i["raw"] for i in tiny_result.inputs]
+
+
 def test_a_streaming_parse_that_differs_from_the_whole_is_chunk_variance(monkeypatch):
     subject = corrected_subject()
     message = {"role": "assistant", "content": "hello there"}
