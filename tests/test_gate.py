@@ -112,6 +112,15 @@ def every_kind() -> tuple[Recording, Recording]:
         transcripts.append(granular(named(stream_transcript(whole_stream()), "split"), "stream@3"))
         results.append(result("split", "stream@3", outcome, features=("tool_call", "stream_granularity"),
                               checks=[Check("split_invariance", outcome, reason="stream@3: ... first divergent chunk: 3")]))
+    # the second turn as openai-python sends it back renders into another prompt under the candidate
+    for transcripts, results, prompt in ((base, base_results, "<think>plan</think>\n<call>"),
+                                         (cand, cand_results, "<think>plan</think>\n\n\n<call>")):
+        turn2 = granular(named(response_transcript({"role": "assistant", "content": "Sunny."}, "stop"), "looped"),
+                         "turn2@openai-python")
+        turn2.prompts = {"sent": prompt, "sent_from": "prompt_token_ids", "reference": "<think>plan</think>\n<call>",
+                         "reference_without_reasoning": "\n<call>"}
+        transcripts.append(turn2)
+        results.append(result("looped", "turn2@openai-python", features=("tool_call", "multi_turn")))
     return recording("legacy", base, base_results), recording("hf", cand, cand_results)
 
 
@@ -135,6 +144,7 @@ def test_every_difference_kind_is_classified_with_both_values(every_kind):
         ("broken", "non-stream", "outcome", None),
         ("split", "stream@3", "stream_granularity", "split_invariance"),
         ("split", "stream@3", "outcome", None),
+        ("looped", "turn2@openai-python", "multi_turn", "prompt"),
     }
     assert {d["kind"] for d in gate["differences"]} == set(DIFFERENCE_KINDS)
     by_case = {(d["case_id"], d["field"]): d for d in gate["differences"]}
@@ -151,7 +161,9 @@ def test_every_difference_kind_is_classified_with_both_values(every_kind):
     split = by_case[("split", "split_invariance")]
     assert split["baseline"]["outcome"] == "pass" and split["candidate"]["outcome"] == "fail"
     assert "first divergent chunk: 3" in split["summary"]
-    assert gate["verdict"]["exit_code"] == 1 and gate["verdict"]["unacknowledged"] == 12
+    looped = by_case[("looped", "prompt")]
+    assert "as openai-python sends it back differs from character 20" in looped["summary"]
+    assert gate["verdict"]["exit_code"] == 1 and gate["verdict"]["unacknowledged"] == 13
 
 
 def test_identical_recordings_pass_and_a_case_without_difference_is_a_row_unchanged(every_kind):
@@ -178,6 +190,7 @@ acknowledge:
   - {case: replay, kind: client_replay, reason: the SDK copes with hf streams}
   - {case: broken, kind: outcome, reason: an outcome cannot be acknowledged away}
   - {feature: stream_granularity, kind: stream_granularity, reason: the candidate breaks at 3 tokens per delta}
+  - {feature: multi_turn, kind: multi_turn, reason: the candidate renders turn 2 with newlines the model did not write}
 """
 
 
@@ -209,7 +222,7 @@ def test_acknowledged_differences_pass_but_a_newly_failing_case_never_does(every
     unacknowledged = [d for d in gate["differences"] if d["acknowledged"] is None]
     assert [(d["case_id"], d["kind"]) for d in unacknowledged] == [("broken", "outcome"), ("split", "outcome")]
     assert gate["verdict"] | {"line": ""} == {"exit_code": 1, "outcome": "fail", "line": "", "unacknowledged": 2,
-                                              "acknowledged": 10, "stale": 0, "newly_failing": 2, "compared": 11}
+                                              "acknowledged": 11, "stale": 0, "newly_failing": 2, "compared": 12}
     acknowledged = next(d for d in gate["differences"] if d["case_id"] == "cast")["acknowledged"]
     assert acknowledged == {"reason": "schema casting of strings", "source": "expect.yaml:4"}
     fixed = Recording("hf", every_kind[1].transcripts, [r if r.case_id not in ("broken", "split") else
@@ -229,7 +242,7 @@ def test_an_acknowledgement_that_no_longer_matches_is_stale_and_fails_only_when_
          "source": "expect.yaml:10"},
         {"selector": {"feature": ["stream_granularity"]}, "kind": "stream_granularity",
          "reason": "the candidate breaks at 3 tokens per delta", "source": "expect.yaml:11"},
-        {"selector": {"case": ["same"]}, "kind": "message", "reason": "it used to differ", "source": "expect.yaml:12"},
+        {"selector": {"case": ["same"]}, "kind": "message", "reason": "it used to differ", "source": "expect.yaml:13"},
     ]
     assert gate["verdict"]["exit_code"] == 0 and gate["verdict"]["stale"] == 3
     strict = build_gate(every_kind[0], fixed, entries, strict=True)

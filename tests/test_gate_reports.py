@@ -173,11 +173,17 @@ def test_default_client_actions_are_worded_from_the_recorded_values():
     assert action(finish).startswith('handle finish_reason: "length" where legacy sent "tool_calls"')
     split = {"kind": "stream_granularity", "case_id": "two-calls", "mode": "stream@whole", "field": "split_invariance",
              "baseline": {"outcome": "pass"}, "candidate": {"outcome": "fail", "reason": "first divergent chunk: 3"}}
+    turn2 = {"kind": "multi_turn", "case_id": "two-calls", "mode": "turn2@litellm", "field": "prompt",
+             "baseline": "</think>\n<tool_call>", "candidate": "</think>\n\n\n<tool_call>"}
+    samples = {sample["kind"]: sample for sample in (split, turn2)}
     for kind in gate_view.KIND_TITLES:  # every kind has its own advice
-        member = next((d for d in gate["differences"] if d["kind"] == kind), split if kind == split["kind"] else None)
+        member = next((d for d in gate["differences"] if d["kind"] == kind), samples.get(kind))
         assert member is not None, kind
         assert not action(member).startswith(gate_actions.NO_ADVICE)
     assert action(split).startswith("under hf a stream that delivers several tokens per delta")
+    assert action(turn2).startswith("a tool loop that sends the assistant message back as the client named in the "
+                                    "mode does shows the model another prompt under hf")
+    assert action(dict(turn2, field="status")).startswith("the second request of a tool loop")
     assert action(dict(split, baseline=split["candidate"], candidate=split["baseline"])).startswith("under legacy")
 
 
