@@ -184,3 +184,31 @@ def test_a_slot_answers_its_first_request_then_every_later_one_with_its_second_a
         got = [json.loads(urllib.request.urlopen(urllib.request.Request(f"{base}/chat/completions", data=b"{}"),
                                                  timeout=10).read()) for _ in range(3)]
     assert got == [{"n": 1}, {"n": 2}, {"n": 2}]
+
+
+def test_the_client_replay_reads_granular_streams_and_second_turns_too():
+    """`conformance clients` replays every recorded chat answer: a stream asked for 3 tokens per delta as a
+    stream, a second turn's answer as a non-streaming one, whose history (another client's shapes) is not
+    handed to the replaying client (LangChain raised on openai-python's `function_call: null`)."""
+    from conformance.clients.replay_run import client_versions, replay
+    from tests.engine_helpers import response_transcript, stream_transcript
+
+    head = {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    granular = stream_transcript([
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Sun"}, "finish_reason": None}]},
+        {**head, "choices": [{"index": 0, "delta": {"content": "ny."}, "finish_reason": "stop"}]}], case_id="looped")
+    granular.mode = "stream@3"
+    history = [{"role": "user", "content": "Weather?"},
+               {"role": "assistant", "content": None, "refusal": None, "function_call": None, "audio": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "sun"}]
+    turn2 = response_transcript({"content": "Sunny."}, "stop", case_id="looped", request={"messages": history})
+    turn2.mode = "turn2@openai-python"
+    clients = ["openai-python", "langchain-openai"]
+    findings, failed = replay([granular, turn2], clients, client_versions(clients))
+    assert failed == {}
+    by_mode = {(f.mode, f.api): f for f in findings}
+    assert {api for mode, api in by_mode if mode == "stream@3"} == {
+        "openai.create-stream", "openai.stream-helper", "langchain.stream"}
+    assert {api for mode, api in by_mode if mode == "turn2@openai-python"} == {"openai.create", "langchain.invoke"}
+    assert all(f.outcome == "same" for f in findings), [(f.mode, f.api, f.outcome, f.error) for f in findings]

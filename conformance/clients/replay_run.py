@@ -14,7 +14,7 @@ from conformance.clients.idioms import IDIOMS, run_idioms
 from conformance.clients.jobs import APIS, CLIENT_OF, ClientName, Job, Rebuilt
 from conformance.clients.record import ClientFinding, IdiomFinding
 from conformance.clients.replay_server import Answer, answer_of, running
-from conformance.record.case_model import is_stream
+from conformance.record.case_model import is_stream, rebuilder_of
 from conformance.record.transcript import Transcript
 from conformance.record.wire import read_stream, response_message
 
@@ -57,20 +57,33 @@ def replay(transcripts: Sequence[Transcript], clients: Sequence[ClientName],
         for transcript in transcripts:
             answer = answer_of(transcript) if transcript.endpoint == "chat" else None
             for client in clients:
-                for api in APIS[client].get(transcript.mode, ()):
+                # a granular stream is read as a stream, a second turn's answer as a non-streaming one
+                for api in APIS[client]["stream" if is_stream(transcript.mode) else "non-stream"]:
                     not_run = _why_not_run(transcript, answer, versions[client])
                     if not_run or answer is None:
                         entries.append(_finding(transcript, api, "not_run", reason=not_run))
                         continue
                     slot = server.register(answer)
                     job = Job(str(len(entries)), api, server.base_url(slot), transcript.request.get("model") or "model",
-                              list(transcript.request.get("messages") or []), list(transcript.request.get("tools") or []),
+                              _replayed_messages(transcript), list(transcript.request.get("tools") or []),
                               transcript.request.get("tool_choice"))
                     entries.append(_Planned(transcript, job))
         planned = [entry for entry in entries if isinstance(entry, _Planned)]
         rebuilt, failed = _run_all(planned)
     return [judge(entry.transcript, entry.job.api, rebuilt[entry.job.key]) if isinstance(entry, _Planned) else entry
             for entry in entries], failed
+
+
+def _replayed_messages(transcript: Transcript) -> list[Any]:
+    """The messages a client replays with (the answer does not depend on them): a second turn's only up to the
+    conversation's first assistant turn, since its history is in another client's shape (LangChain raised on
+    openai-python's `function_call: null`)."""
+    messages = list(transcript.request.get("messages") or [])
+    if rebuilder_of(transcript.mode) is None:
+        return messages
+    first = next((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"),
+                 len(messages))
+    return messages[:first]
 
 
 def _why_not_run(transcript: Transcript, answer: Answer | None, version: dict[str, str | None]) -> str:
