@@ -6,6 +6,7 @@ tests/test_second_turn_live.py."""
 from __future__ import annotations
 
 import copy
+import json
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,14 @@ import pytest
 
 from conformance.compare.diff import Pair, diff_pair
 from conformance.formats.registry import FORMATS
-from conformance.record.case_model import SECOND_TURN_FEATURE, mode_order, rebuilder_of, second_turn_mode
+from conformance.record.case_model import (
+    SECOND_TURN_FEATURE,
+    ExpectedMessage,
+    ExpectedToolCall,
+    mode_order,
+    rebuilder_of,
+    second_turn_mode,
+)
 from conformance.record.outcomes import CONTRACT, FAIL, FINDING, PASS, SKIP
 from conformance.record.results import make_result
 from conformance.record.transcript import ServerStamp, Transcript
@@ -83,7 +91,8 @@ def test_only_a_completion_with_as_many_calls_as_results_is_answered() -> None:
 
 def test_shipped_second_turns_are_sent_per_rebuilder_after_every_other_mode() -> None:
     cases = [case for case in load_suite() if case.second_turn is not None]
-    assert {case.id for case in cases} >= {"turn-reasoning-then-call", "turn-two-calls"}
+    assert {case.id for case in cases} >= {"turn-reasoning-then-call", "turn-two-calls",
+                                           "string-values-cast-to-integer-and-boolean"}
     modes = second_turn_modes(cases[0], ["reasoning", "no-reasoning"])
     assert modes == ("turn2@reasoning", "turn2@no-reasoning")
     assert [rebuilder_of(mode) for mode in modes] == ["reasoning", "no-reasoning"]
@@ -187,6 +196,34 @@ def test_the_prompt_check_tells_the_model_s_turn_from_what_the_client_and_server
         sent: str, keys: tuple[str, ...], read: tuple[str, ...] | None, outcome: str, kind: str, words: str) -> None:
     check = check_turn2_prompt(_turn2(sent, keys), read)
     assert (check.outcome, check.kind) == (outcome, kind) and words in check.reason, check
+
+
+def test_calls_sent_back_as_the_server_parsed_them_are_the_client_s_finding_and_faithful_ones_must_render() -> None:
+    written = ExpectedMessage(tool_calls=(ExpectedToolCall("get_weather", {"city": "Paris", "days": "3"}),))
+    cast = _turn2(REFERENCE.replace('"Paris"}', '"Paris", "days": 3}'))
+    cast.request["messages"][1]["tool_calls"] = [
+        {"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 3}'}}]
+    check = check_turn2_prompt(cast, ("reasoning",), written)
+    assert (check.outcome, check.kind) == (FAIL, FINDING)
+    assert 'call 0: {"city": "Paris", "days": 3} where it wrote {"city": "Paris", "days": "3"}' in check.reason
+    faithful = copy.deepcopy(cast)
+    faithful.request["messages"][1]["tool_calls"][0]["function"]["arguments"] = '{"days": "3", "city": "Paris"}'
+    check = check_turn2_prompt(faithful, ("reasoning",), written)  # the calls the model wrote, rendered otherwise
+    assert (check.outcome, check.kind) == (FAIL, CONTRACT) and "a turn it did not write" in check.reason
+    lost = copy.deepcopy(cast)
+    lost.request["messages"][1]["tool_calls"] = []
+    assert "0 call(s) where it wrote 1" in check_turn2_prompt(lost, ("reasoning",), written).reason
+
+
+def test_a_case_with_a_raw_forced_text_sends_back_the_turn_it_states_as_written() -> None:
+    case = _loaded_case("string-values-cast-to-integer-and-boolean")
+    assert case.written_turn is case.second_turn.written and case.turn is None
+    assert second_turn_modes(case, ["reasoning"]) == ("turn2@reasoning",)
+    assert case.second_turn.force.endswith("Sun, sun, then rain in A.")  # rendered in the case's own format
+    sent = reference_conversations(case, ANSWER)["reference"][-2]["tool_calls"][0]["function"]["arguments"]
+    assert json.loads(sent) == {"city": "A", "days": "3", "metric": "true"}  # the strings the model wrote
+    in_gemma = next(c for c in load_suite(form=FORMATS["gemma4"]) if c.id == case.id)
+    assert in_gemma.second_turn.force is None  # written for qwen3-hermes: skipped elsewhere with its first turn
 
 
 def test_a_second_turn_whose_renderings_could_not_be_read_is_not_judged_on_its_prompt() -> None:

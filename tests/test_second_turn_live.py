@@ -68,29 +68,46 @@ def test_every_client_s_second_turn_is_accepted_and_answered_as_forced(second_tu
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_the_prompt_each_server_renders_holds_the_turn_1_calls(second_turn_runs, profile):
+    """As the tiny checkpoint's chat template writes a call: the calls the model wrote, except where the client
+    sent hf's cast values back (the model wrote "3", hf answered 3): then those, and the check says why."""
     cases, outputs, _ = second_turn_runs
-    turns = {case.id: case.turn for case in cases}
+    written = {case.id: case.written_turn for case in cases}
+    results = {(r.case_id, r.mode): r for r in outputs[profile].results}
+    cast = []
     for transcript in _second(outputs[profile]):
         sent = transcript.prompts["sent"]
-        for call in turns[transcript.case_id].tool_calls:  # as the tiny checkpoint's chat template writes a call
-            written = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
-            assert f"<tool_call>\n{written}\n</tool_call>" in sent, (transcript.case_id, transcript.mode, sent[-400:])
+        assistant = next(m for m in transcript.request["messages"] if m.get("role") == "assistant")
+        for call, back in zip(written[transcript.case_id].tool_calls, assistant["tool_calls"]):
+            as_written = json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+            as_sent = json.dumps({"name": call.name, "arguments": json.loads(back["function"]["arguments"])},
+                                 ensure_ascii=False)
+            assert f"<tool_call>\n{as_sent}\n</tool_call>" in sent, (transcript.case_id, transcript.mode, sent[-400:])
+            if as_sent != as_written:
+                cast.append(transcript.mode)
+                check = next(c for c in results[(transcript.case_id, transcript.mode)].checks
+                             if c.name == "second_turn_prompt")
+                assert check.kind == "finding" and 'where it wrote {"city": "A", "days": "3"' in check.reason
         assert sent.rstrip().endswith("<|im_start|>assistant")
+    # hf casts the string values to the schema's types (every client sends them back so); hermes does not
+    assert (len(cast) == len(REBUILDERS)) if profile == "hf" else cast == [], cast
 
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_vllm_renders_reasoning_sent_back_from_the_fields_its_record_names(second_turn_runs, profile):
-    _, outputs, _ = second_turn_runs
     assert profile_record(profile).reasoning_input_fields == ("reasoning", "reasoning_content")
+    cases, outputs, _ = second_turn_runs
+    reasoned = {case.id for case in cases if case.written_turn.reasoning}
     for transcript in _second(outputs[profile]):
         prompts = transcript.prompts
         assert prompts["sent_from"] == "prompt_token_ids"  # the prompt the answer was generated from
+        if transcript.case_id not in reasoned:
+            continue
         compact = {name: "".join(text.split()) for name, text in prompts.items()}
         assert compact["reference"] != compact["reference_without_reasoning"]  # the template renders reasoning
         sent_reasoning = bool(reasoning_fields_sent(transcript.request))
         assert compact["sent"] == compact["reference" if sent_reasoning else "reference_without_reasoning"], (
             transcript.mode, prompts["sent"][-300:])
-    lost = [c for r in outputs[profile].results if r.mode == "turn2@no-reasoning"
+    lost = [c for r in outputs[profile].results if r.mode == "turn2@no-reasoning" and r.case_id in reasoned
             for c in r.checks if c.name == "second_turn_prompt"]
     assert lost and all(c.kind == "finding" and "sent no reasoning back" in c.reason for c in lost)
 
@@ -100,9 +117,10 @@ def test_vllm_s_tokenize_renders_reasoning_content_unlike_its_chat_request(secon
                                                                           legacy_server):
     """Why the prompt sent is read from the answer's prompt_token_ids: /tokenize does not rename
     `reasoning_content` to `reasoning` as a chat request does (vLLM 0.32), so its rendering drops it."""
-    _, outputs, _ = second_turn_runs
+    cases, outputs, _ = second_turn_runs
     server = {"hf": hf_server, "legacy": legacy_server}[profile]
-    transcript = next(t for t in _second(outputs[profile]) if t.mode == "turn2@reasoning_content")
+    transcript = next(t for t in _second(outputs[profile]) if t.mode == "turn2@reasoning_content"
+                      and t.case_id == "turn-reasoning-then-call")
     body = {"model": server.model, "messages": transcript.request["messages"], "tools": transcript.request["tools"],
             "add_generation_prompt": True}
     tokenized = _post(server.base_url.removesuffix("/v1") + "/tokenize", body)["tokens"]
@@ -119,9 +137,10 @@ def _post(url: str, body: dict) -> dict:
 
 
 def test_what_each_real_client_sends_back_is_recorded_and_judged(second_turn_runs):
-    _, outputs, _ = second_turn_runs
+    cases, outputs, _ = second_turn_runs
+    reasoned = {case.id for case in cases if case.written_turn.reasoning}
     for transcript in _second(outputs["legacy"]):
-        if rebuilder_of(transcript.mode) not in CLIENT_REBUILDERS:
+        if rebuilder_of(transcript.mode) not in CLIENT_REBUILDERS or transcript.case_id not in reasoned:
             continue
         assistants = [m for m in transcript.request["messages"] if m.get("role") == "assistant"]
         assert len(assistants) == 1 and assistants[0]["tool_calls"], transcript.mode

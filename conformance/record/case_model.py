@@ -161,10 +161,12 @@ class Natural:
 @dataclass(frozen=True)
 class SecondTurn:
     """A tool loop's second turn: the tool messages' contents (one per call of turn 1) and the turn the
-    model writes next; rendered in a format, its forced text and reference (as a turn case's)."""
+    model writes next; rendered in a format, its forced text and reference (as a turn case's). `written`:
+    turn 1 as the model wrote it, for a case with a raw forced text (a turn case's `turn` is that)."""
 
     tool_results: tuple[str, ...]
     turn: ExpectedMessage
+    written: ExpectedMessage | None = None
     force: str | None = None
     reference: Expectation | None = None
 
@@ -197,6 +199,12 @@ class Case:
     reference: Expectation | None = None
     shape: str | None = None  # a change to a turn's rendered text (conformance.suite.format_cases.SHAPES)
     second_turn: SecondTurn | None = None
+
+    @property
+    def written_turn(self) -> ExpectedMessage | None:
+        """Turn 1 as the model wrote it, which a second turn sends back: `second_turn.written` (a case with a
+        raw forced text), else the turn case's `turn`; None without a second turn."""
+        return None if self.second_turn is None else self.second_turn.written or self.turn
 
     def tool_parameters(self) -> dict[str, dict[str, Any]]:
         """Each request tool's JSON Schema for its arguments, by function name (chat or responses shape)."""
@@ -231,9 +239,13 @@ def build_case(raw: dict[str, Any], index: int, tools: Mapping[str, Any], source
         format=raw.get("format"),
         turn=build_message(raw["turn"]) if "turn" in raw else None,
         shape=raw.get("shape"),
-        second_turn=(SecondTurn(tuple(raw["second_turn"]["tool_results"]), build_message(raw["second_turn"]["turn"]))
-                     if "second_turn" in raw else None),
+        second_turn=_second_turn(raw["second_turn"]) if "second_turn" in raw else None,
     )
+
+
+def _second_turn(raw: Mapping[str, Any]) -> SecondTurn:
+    written = build_message(raw["written"]) if "written" in raw else None
+    return SecondTurn(tuple(raw["tool_results"]), build_message(raw["turn"]), written=written)
 
 
 def _responses_tool(tool: dict[str, Any]) -> dict[str, Any]:

@@ -75,7 +75,7 @@ def request_count(cases: Sequence[Case], repeat: int = 1, granularities: Sequenc
 def second_turn_modes(case: Case, rebuilders: Collection[str]) -> tuple[Mode, ...]:
     """The second turns a case is sent as, one per rebuilder (`conformance.run.second_turn`): a chat case
     with a second turn, forced (a natural turn 1 has no known calls to answer)."""
-    if case.second_turn is None or case.endpoint != "chat" or case.turn is None:
+    if case.written_turn is None or case.endpoint != "chat" or case.force is None:
         return ()
     return tuple(second_turn_mode(name) for name in rebuilders)
 

@@ -147,9 +147,9 @@ def turn2_case(case: Case, request: Mapping[str, Any]) -> Case:
 def reference_conversations(case: Case, answer: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """The turn-2 conversation as the model wrote turn 1 (the case's turn, with the server's call ids),
     with and without its reasoning: what the model was trained to see next."""
-    assert case.turn is not None
+    first = case.written_turn
+    assert first is not None
     ids = [call.get("id") for call in answer_message(answer).get("tool_calls") or []]
-    first = case.turn
     return {"reference": second_turn_conversation(case, first, ids, api=True),
             "reference_without_reasoning": second_turn_conversation(case, replace(first, reasoning=None), ids,
                                                                     api=True)}
@@ -232,5 +232,6 @@ def judge_second_turn(case: Case, transcript: Transcript, markers: Sequence[str]
     and the prompt the server rendered for it."""
     checks = judge(turn2_case(case, transcript.request or case.request), transcript, markers=markers)
     if transcript.skip_reason is None and transcript.status == 200:
-        checks.append(check_turn2_prompt(transcript, profile_record(transcript.profile).reasoning_input_fields))
+        checks.append(check_turn2_prompt(transcript, profile_record(transcript.profile).reasoning_input_fields,
+                                         case.written_turn))
     return checks

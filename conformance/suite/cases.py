@@ -390,9 +390,21 @@ def _semantic_issues(
 
 def _second_turn_issues(raw: Mapping[str, Any], at: list[str | int], locator: _Locator) -> Iterator[Issue]:
     """A second turn answers turn 1's calls as the model wrote them: one tool result per call, a plain turn
-    (no shape, no format delimiter named in it: the conversation sent back must be what the model wrote)."""
-    second, turn = raw.get("second_turn"), raw.get("turn")
-    if not isinstance(second, dict) or not isinstance(turn, dict):
+    (no shape, no format delimiter named in it: the conversation sent back must be what the model wrote).
+    Turn 1 as written is the turn case's `turn`, or the raw case's `second_turn.written`."""
+    second = raw.get("second_turn")
+    if not isinstance(second, dict):
+        return
+    if "turn" in raw and "written" in second:
+        yield locator.issue([*at, "second_turn", "written"], "a turn case's turn is what the model wrote: no "
+                            "`written` (it is for a case with a raw `force`)")
+    elif "force" in raw and "written" not in second:
+        yield locator.issue([*at, "second_turn"], "a case with a raw `force` states turn 1 as the model wrote it "
+                            "in `second_turn.written` (the conversation its second turn sends back)")
+    elif "force" not in raw and "turn" not in raw:
+        yield locator.issue([*at, "second_turn"], "a second turn follows a forced turn 1 (`turn`, or `force`)")
+    turn = raw.get("turn") if isinstance(raw.get("turn"), dict) else second.get("written")
+    if not isinstance(turn, dict):
         return
     calls, results = _list(turn.get("tool_calls")), _list(second.get("tool_results"))
     if len(calls) != len(results):

@@ -23,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from conformance.formats.format import Deviation, Format
+from conformance.formats.registry import DEFAULT_FORMAT
 from conformance.formats.turn_text import RenderError, Subject, parse_whole, render, render_turn
 from conformance.record.case_model import (
     MESSAGE_FIELDS,
@@ -49,7 +50,18 @@ def subject_of_format(form: Format) -> Subject | None:
 def in_format(cases: Iterable[Case], form: Format) -> list[Case]:
     """The cases as a run on a checkpoint of `form` sends them: each turn case rendered, the rest as written."""
     subject = subject_of_format(form)
-    return [case if case.turn is None else rendered(case, form, subject) for case in cases]
+    return [rendered(case, form, subject) if case.turn is not None else
+            with_second_turn(case, form, subject) if case.second_turn is not None else case for case in cases]
+
+
+def with_second_turn(case: Case, form: Format, subject: Subject | None) -> Case:
+    """A case with a raw forced text and a second turn: the second turn rendered in the case's own format
+    (a run serving another format skips the case, and so its second turn)."""
+    assert case.second_turn is not None
+    if (written_in := case.format or DEFAULT_FORMAT.name) != form.name:
+        return replace(case, second_turn=replace(case.second_turn, reference=Expectation(
+            skip=f"the case is written for the {written_in} format; this run serves {form.name}")))
+    return replace(case, second_turn=_second_turn_in(case, None, form, subject))
 
 
 class Inexpressible(Exception):
@@ -89,16 +101,19 @@ def second_turn_conversation(case: Case, first: ExpectedMessage, ids: Sequence[s
     return [*case.request["messages"], message, *tools]
 
 
-def _second_turn_in(case: Case, first: Expectation, form: Format, subject: Subject | None) -> SecondTurn:
-    """The second turn in `form`: rendered after turn 1 as the case writes it and the tool results, like a
-    turn case (`first`, the format's parse of turn 1, must hold as many calls as there are results)."""
-    assert case.second_turn is not None and case.turn is not None and first.message is not None
-    if len(first.message.tool_calls) != len(case.second_turn.tool_results):
+def _second_turn_in(case: Case, first: Expectation | None, form: Format, subject: Subject | None) -> SecondTurn:
+    """The second turn in `form`: rendered after turn 1 as the model wrote it and the tool results, like a
+    turn case (`first`, the format's parse of a turn case's turn 1, must hold as many calls as there are
+    results)."""
+    written = case.written_turn
+    assert case.second_turn is not None and written is not None
+    calls = len(first.message.tool_calls) if first is not None and first.message is not None else len(written.tool_calls)
+    if calls != len(case.second_turn.tool_results):
         return replace(case.second_turn, reference=Expectation(
-            skip=f"the {form.name} format reads {len(first.message.tool_calls)} call(s) in turn 1; the second turn "
+            skip=f"the {form.name} format reads {calls} call(s) in turn 1; the second turn "
                  f"answers {len(case.second_turn.tool_results)}"))
-    ids = [f"call_{index}" for index in range(len(case.turn.tool_calls))]
-    conversation = second_turn_conversation(case, case.turn, ids)
+    ids = [f"call_{index}" for index in range(len(written.tool_calls))]
+    conversation = second_turn_conversation(case, written, ids)
     turn2 = replace(case, request={**case.request, "messages": conversation}, turn=case.second_turn.turn,
                     shape=None, second_turn=None)
     try:

@@ -6,24 +6,32 @@ sent it (`sent`), the reference (turn 1 as the format's parse reads the model's 
 the arguments the model wrote, its reasoning) and the reference without the reasoning. Sent equal to
 the reference: the model sees its own turn. Equal to the reference without reasoning while the chat
 template keeps reasoning: the reasoning is lost, the server's fault when the client sent it back (in a
-field the server does not read), a finding when the client sent none. Anything else: the model sees a
-turn it did not write (a call's arguments changed, a call lost), shown where the two prompts part.
+field the server does not read), a finding when the client sent none. A difference only in whitespace, or
+in calls the client sent back as the server's turn-1 answer gave them (hf's arguments cast to the schema's
+types) is a finding: turn 1's answer is judged in its own mode. Anything else (the client sent the calls
+the model wrote, and the prompt still differs) fails: the server renders a turn the model did not write,
+shown where the two prompts part.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
+from conformance.record.case_model import ExpectedMessage
 from conformance.record.outcomes import FAIL, FINDING, PASS, SKIP, Check
 from conformance.record.transcript import Transcript
+from conformance.util.json_values import json_equal
 
 REASONING_KEYS = ("reasoning", "reasoning_content")
 CHECK = "second_turn_prompt"
 
 
-def check_turn2_prompt(transcript: Transcript, read_fields: tuple[str, ...] | None) -> Check:
-    """`read_fields`: where the server reads reasoning from (its profile record; None: not known)."""
+def check_turn2_prompt(transcript: Transcript, read_fields: tuple[str, ...] | None,
+                       written: ExpectedMessage | None = None) -> Check:
+    """`read_fields`: where the server reads reasoning from (its profile record; None: not known); `written`:
+    turn 1 as the model wrote it, whose calls a faithful client sends back."""
     prompts = transcript.prompts
     if transcript.prompts_error or not prompts:
         return Check(CHECK, SKIP, reason=f"the server's rendering of the second turn could not be read: "
@@ -53,9 +61,38 @@ def check_turn2_prompt(transcript: Transcript, read_fields: tuple[str, ...] | No
         return Check(CHECK, FAIL, reason=f"the turn-1 reasoning sent back as {' and '.join(fields)} is not in the "
                      "prompt the server rendered, though its chat template renders reasoning" + spaced,
                      expected=_around(reference, sent), actual=_around(sent, reference))
+    at = first_difference(reference, sent)
+    if written is not None and (changed := _calls_changed(transcript.request, written)):
+        return Check(CHECK, FAIL, FINDING, reason=f"the prompt differs from the conversation as the model wrote it "
+                     f"from character {at} on: the client sent the calls back as the server's turn-1 answer gave "
+                     f"them ({changed}), which the model did not write (that answer is judged in its own mode)",
+                     expected=_around(reference, sent), actual=_around(sent, reference))
     return Check(CHECK, FAIL, reason=f"the prompt the server rendered for the second turn is not the conversation "
-                 f"as the model wrote it, from character {first_difference(reference, sent)} on: the model sees a "
-                 "turn it did not write", expected=_around(reference, sent), actual=_around(sent, reference))
+                 f"as the model wrote it, from character {at} on: the model sees a turn it did not write",
+                 expected=_around(reference, sent), actual=_around(sent, reference))
+
+
+def _calls_changed(request: Mapping[str, Any], written: ExpectedMessage) -> str:
+    """How the calls of the request's last assistant message differ from the ones the model wrote, as JSON values
+    (name and arguments; "" when they are the same)."""
+    assistants = [m for m in request.get("messages") or [] if isinstance(m, Mapping) and m.get("role") == "assistant"]
+    sent = assistants[-1].get("tool_calls") if assistants else None
+    sent = sent if isinstance(sent, list) else []
+    wanted = [(call.name, call.arguments) for call in written.tool_calls]
+    got = []
+    for call in sent:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        function = function if isinstance(function, Mapping) else {}
+        arguments = function.get("arguments")
+        try:
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            pass
+        got.append((function.get("name"), arguments))
+    if len(got) != len(wanted):
+        return f"{len(got)} call(s) where it wrote {len(wanted)}"
+    return "; ".join(f"call {i}: {json.dumps(g[1], ensure_ascii=False)} where it wrote {json.dumps(w[1], ensure_ascii=False)}"
+                     for i, (g, w) in enumerate(zip(got, wanted)) if g[0] != w[0] or not json_equal(g[1], w[1]))
 
 
 def _compact(text: str) -> str:
