@@ -162,7 +162,8 @@ def test_every_difference_kind_is_classified_with_both_values(every_kind):
     assert split["baseline"]["outcome"] == "pass" and split["candidate"]["outcome"] == "fail"
     assert "first divergent chunk: 3" in split["summary"]
     looped = by_case[("looped", "prompt")]
-    assert "as openai-python sends it back differs from character 20" in looped["summary"]
+    assert "as openai-python sends it back: the model's own turn under the baseline, parts from the model's turn " \
+           "at character 20" in looped["summary"]
     assert gate["verdict"]["exit_code"] == 1 and gate["verdict"]["unacknowledged"] == 13
 
 

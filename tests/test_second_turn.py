@@ -23,7 +23,7 @@ from conformance.record.case_model import (
     rebuilder_of,
     second_turn_mode,
 )
-from conformance.record.outcomes import CONTRACT, FAIL, FINDING, PASS, SKIP
+from conformance.record.outcomes import CONTRACT, ERROR, FAIL, FINDING, PASS, SKIP
 from conformance.record.results import make_result
 from conformance.record.transcript import ServerStamp, Transcript
 from conformance.run.checks.second_turn import check_turn2_prompt
@@ -86,7 +86,13 @@ def test_only_a_completion_with_as_many_calls_as_results_is_answered() -> None:
     assert "no answer" in first_turn_job(case, None)
     two = copy.deepcopy(ANSWER)
     two["choices"][0]["message"]["tool_calls"] = [CALL, CALL]
-    assert "2 tool call(s); the second turn answers 1" in first_turn_job(case, _first(response=two))
+    assert "2 well-formed tool call(s); the second turn answers 1" in first_turn_job(case, _first(response=two))
+    for shape in ({"choices": {"0": {}}}, {"choices": [{"message": {"tool_calls": ["x"]}}]},
+                  {"choices": [{"message": {"tool_calls": [{"function": "f"}]}}]}, {"choices": 3}):
+        assert "0 well-formed tool call(s)" in first_turn_job(case, _first(response=shape)), shape  # never raises
+    unforced = _first()
+    unforced.forcing_problems = ["the output is not the forced text"]
+    assert "not the forced text" in first_turn_job(case, unforced)
 
 
 def test_shipped_second_turns_are_sent_per_rebuilder_after_every_other_mode() -> None:
@@ -104,6 +110,9 @@ def test_shipped_second_turns_are_sent_per_rebuilder_after_every_other_mode() ->
 
 @pytest.mark.parametrize("name", sorted(FORMATS))
 def test_the_second_turn_is_rendered_in_every_format_that_can_express_it(name: str) -> None:
+    rendered = 0
+    if name in ("qwen3-hermes", "gemma4", "glm45", "qwen3-xml"):  # the formats gated live: each renders both turns
+        rendered = -2
     for case in load_suite(form=FORMATS[name]):
         if case.second_turn is None:
             continue
@@ -113,12 +122,14 @@ def test_the_second_turn_is_rendered_in_every_format_that_can_express_it(name: s
             assert second.reference.skip and name in second.reference.skip
             continue
         assert case.force and second.force != case.force
+        rendered += 1
         # the format's parse of the rendered second turn gives the turn back (the round trip)
         message = second.reference.message
         assert message is not None and not message.tool_calls
         assert (message.content or "").strip() == second.turn.content
         if FORMATS[name].response_template.get("fields", {}).get("thinking") or message.reasoning:
             assert (message.reasoning or "").strip() == second.turn.reasoning
+    assert rendered >= 0  # the turn cases' second turns (and the cast case's, in its own format) at least
 
 
 def test_the_reference_conversation_is_turn_1_as_the_model_wrote_it() -> None:
@@ -161,6 +172,10 @@ def test_the_linter_holds_a_second_turn_to_one_result_per_call_and_a_plain_turn(
     issues = _lint(tmp_path / "a", SECOND_TURN_CASE)
     assert any("2 tool result(s) for the 1 call(s)" in issue for issue in issues), issues
     assert any("no shape" in issue for issue in issues), issues
+    streamed = SECOND_TURN_CASE.replace("  shape: unclosed_last_call\n", "  modes: [stream]\n")
+    issues = _lint(tmp_path / "c", streamed.replace("    tools: [get_weather]\n", "    tools: [get_weather]\n    top_p: 1\n"))
+    assert any("keep non-stream" in issue for issue in issues), issues
+    assert any("sends top_p, which the clients do not send back" in issue for issue in issues), issues
     without_turn = SECOND_TURN_CASE.replace("  turn:\n    tool_calls: [{name: get_weather, arguments: {city: Paris}}]\n",
                                             "  force: x\n  expect: {hf: {skip: no}}\n").replace(
         "  shape: unclosed_last_call\n", "")
@@ -187,10 +202,13 @@ def _turn2(sent: str, reasoning_keys: tuple[str, ...] = ("reasoning",), profile:
     (BARE, (), ("reasoning",), FAIL, FINDING, "sent no reasoning back"),
     (BARE, ("reasoning",), ("reasoning",), FAIL, CONTRACT, "sent back as reasoning is not in the prompt"),
     (BARE, ("reasoning_content",), None, FAIL, CONTRACT, "sent back as reasoning_content is not in the prompt"),
-    (REFERENCE, ("reasoning_content",), ("reasoning",), FAIL, CONTRACT, "the record is stale"),
     (REFERENCE.replace("</think>\n", "</think>\n\n\n"), ("reasoning",), ("reasoning",), FAIL, FINDING,
      "only in whitespace"),
     (REFERENCE.replace('"Paris"', '"paris"'), ("reasoning",), ("reasoning",), FAIL, CONTRACT, "a turn it did not write"),
+    (REFERENCE.replace("<user>hi", "<user>h i"), ("reasoning",), ("reasoning",), FAIL, CONTRACT,
+     "a turn it did not write"),  # whitespace that splits a word is not "only whitespace"
+    (REFERENCE.replace('"Paris"', '" Paris"'), ("reasoning",), ("reasoning",), FAIL, FINDING, "only in whitespace"),
+    (REFERENCE, ("reasoning_content",), ("reasoning",), ERROR, CONTRACT, "the record is stale"),
 ])
 def test_the_prompt_check_tells_the_model_s_turn_from_what_the_client_and_server_made_of_it(
         sent: str, keys: tuple[str, ...], read: tuple[str, ...] | None, outcome: str, kind: str, words: str) -> None:
@@ -226,9 +244,16 @@ def test_a_case_with_a_raw_forced_text_sends_back_the_turn_it_states_as_written(
     assert in_gemma.second_turn.force is None  # written for qwen3-hermes: skipped elsewhere with its first turn
 
 
-def test_a_second_turn_whose_renderings_could_not_be_read_is_not_judged_on_its_prompt() -> None:
-    check = check_turn2_prompt(_turn2(REFERENCE, prompts_error="ForcingUnsupported: no tokenize endpoint"), None)
+def test_a_server_that_cannot_render_is_named_and_renderings_that_failed_are_an_error() -> None:
+    unavailable = _turn2(REFERENCE)
+    unavailable.prompts, unavailable.prompts_unavailable = None, "the server has no tokenize endpoint to verify tokens"
+    check = check_turn2_prompt(unavailable, None)
     assert check.outcome == SKIP and "no tokenize endpoint" in check.reason and check.skip_kind is None
+    failed = check_turn2_prompt(_turn2(REFERENCE, prompts_error="ServerRefused: /tokenize: HTTP 500"), None)
+    assert failed.outcome == ERROR and "HTTP 500" in failed.reason
+    unrecorded = _turn2(REFERENCE)
+    unrecorded.prompts = None
+    assert check_turn2_prompt(unrecorded, None).outcome == ERROR
 
 
 def test_a_second_turn_result_is_listed_under_multi_turn() -> None:
@@ -249,10 +274,85 @@ def test_the_gate_shows_a_second_turn_rendered_or_refused_differently_as_multi_t
     cand.prompts = {**base.prompts, "sent": REFERENCE.replace("</think>\n", "</think>\n\n\n")}
     differences = diff_pair(_pair(base, cand))
     assert [(d.kind, d.field) for d in differences] == [("multi_turn", "prompt")]
-    assert "as x sends it back differs from character" in differences[0].summary
+    assert "as x sends it back: the model's own turn under the baseline, parts from the model's turn at character " \
+           "46: 'hi</user>" in differences[0].summary
     assert diff_pair(_pair(base, copy.deepcopy(base))) == []
+    other_ids = copy.deepcopy(base)  # a template that renders call ids: each side's own, each its model's own turn
+    other_ids.prompts = {name: text.replace("<call>", "<call id=2>") for name, text in base.prompts.items()}
+    assert diff_pair(_pair(base, other_ids)) == []
     refused = copy.deepcopy(base)
     refused.status, refused.response = 400, None
     refused.error_body = {"error": {"message": "bad message", "param": "messages"}}
     kinds = [(d.kind, d.field) for d in diff_pair(_pair(base, refused))]
     assert kinds == [("multi_turn", "status")], kinds
+
+
+LOOP_CASES = """
+- id: looped
+  description: A call the fake answers (scenario ok), then its tool result picks the fake's plain answer.
+  features: [tool_call]
+  request:
+    messages: [{role: user, content: ok}]
+    tools: [get_weather]
+    max_tokens: 50
+  turn:
+    reasoning: plan
+    tool_calls: [{name: get_weather, arguments: {city: Paris}}]
+  second_turn:
+    tool_results: [plain]
+    turn: {content: "It is sunny."}
+- id: garbled
+  description: A first turn the fake answers with a body that is not JSON, so there is nothing to answer.
+  features: [tool_call]
+  request:
+    messages: [{role: user, content: garbage}]
+    tools: [get_weather]
+  turn:
+    tool_calls: [{name: get_weather, arguments: {city: Paris}}]
+  second_turn:
+    tool_results: [plain]
+    turn: {content: "It is sunny."}
+"""
+
+
+def _broken_rebuilder(jobs):
+    raise OSError("the replay server could not bind")
+
+
+def test_a_run_sends_second_turns_records_each_and_never_stops_on_one(tmp_path: Path) -> None:
+    """Against the loopback fake: each rebuilder's turn 2 is sent with the rebuilt body (forced, the run's
+    controls added) and recorded; the fake's /tokenize refuses (403), so the prompt check is an error, never a
+    pass; a first turn with no completion is a named skip; a rebuilder whose own set-up fails is an error of
+    its mode alone."""
+    import asyncio
+
+    from conformance.run.driver import Target
+    from conformance.run.engine import recheck, run_async
+    from tests.fake_server import fake_server
+
+    directory = tmp_path / "cases"
+    directory.mkdir()
+    (directory / "suite.yaml").write_text(WEATHER_TOOL + "cases:\n" + textwrap.indent(textwrap.dedent(LOOP_CASES), "  "))
+    (directory / "features.txt").write_text((Path(__file__).parents[1] / "cases" / "features.txt").read_text())
+    cases = load_suite(directory)
+    rebuilders = {"reasoning": REASONING_REBUILDERS["reasoning"], "broken": _broken_rebuilder}
+    with fake_server() as server:
+        target = Target(base_url=server.base_url, model="fake", profile="hf", timeout=5, can_force=True)
+        output = asyncio.run(run_async(cases, target, tmp_path / "run", rebuilders=rebuilders))
+        sent = [body for body in server.requests if body.get("messages", [{}])[-1].get("role") == "tool"
+                and "add_generation_prompt" not in body]  # not the /tokenize renderings
+    results = {(r.case_id, r.mode): r for r in output.results}
+    looped = results[("looped", "turn2@reasoning")]
+    assert looped.outcome == "error" and "second_turn_prompt" in looped.reason and "403" in looped.reason
+    assert [c.outcome for c in looped.checks if c.name == "expectation"] in ([], ["pass"])
+    assert len(sent) == 1 and sent[0]["max_tokens"] == 50 and sent[0]["structured_outputs"]["regex"]
+    assert sent[0]["messages"][1]["reasoning"] and sent[0]["messages"][2]["tool_call_id"] == "chatcmpl-tool-0000000000000000"
+    broken = results[("looped", "turn2@broken")]
+    assert broken.outcome == "error" and "could not bind" in broken.reason
+    for mode in ("turn2@reasoning", "turn2@broken"):
+        garbled = results[("garbled", mode)]
+        assert garbled.outcome == "skip" and garbled.skip_kind == "first_turn_unusable" and garbled.skip_allowed
+    recorded = [json.loads(line) for line in (tmp_path / "run" / "transcripts.jsonl").read_text().splitlines()[1:]]
+    assert sum(t["mode"].startswith("turn2@") for t in recorded) == 4  # every second turn written
+    again = {(r.case_id, r.mode): r.outcome for r in recheck(output.transcripts, cases)}
+    assert again == {key: r.outcome for key, r in results.items()}

@@ -113,9 +113,7 @@ def _langchain_loop(base_url: str, job: TurnJob) -> None:
 
 
 def _litellm_loop(base_url: str, job: TurnJob) -> None:
-    from conformance.clients.py_litellm import imported
-
-    litellm = imported()
+    litellm = py_litellm.imported()
     common = {"model": f"openai/{MODEL}", "api_base": base_url, "api_key": "replay", "timeout": CALL_TIMEOUT,
               "max_retries": 0, **_tool_fields(job)}
     messages: list[Any] = list(job.request["messages"])

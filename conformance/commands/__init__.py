@@ -80,8 +80,9 @@ def add_second_turn_argument(parser: argparse.ArgumentParser, default: str) -> N
 
 
 def second_turn_rebuilders(text: str) -> dict[str, Any]:
-    """The rebuilders `--second-turn` names (by name); ValueError names an unknown one."""
-    from conformance.clients.second_turn import CLIENT_REBUILDERS
+    """The rebuilders `--second-turn` names (by name); ValueError names an unknown one, or a client named that
+    cannot run here (under `all`, such a client's second turns are a named, allowed skip)."""
+    from conformance.clients.second_turn import CLIENT_REBUILDERS, unavailable
     from conformance.run.second_turn import REASONING_REBUILDERS
 
     known = {**CLIENT_REBUILDERS, **REASONING_REBUILDERS}
@@ -92,6 +93,9 @@ def second_turn_rebuilders(text: str) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"--second-turn: unknown {', '.join(map(repr, unknown))}; choose from {', '.join(known)}, "
                          "all or none")
+    for name in chosen:
+        if name in CLIENT_REBUILDERS and (why := unavailable(name)):
+            raise ValueError(f"--second-turn: {name} cannot run here: {why}")
     return {name: known[name] for name in dict.fromkeys(chosen)}
 
 

@@ -276,17 +276,28 @@ def _client_replay_differences(pair: Pair, make: Any) -> list[Difference]:
 
 
 def _second_turn_differences(mode: str, base: Transcript, cand: Transcript, make: Any) -> list[Difference]:
-    """A second turn whose prompt the two servers render differently, shown where the renderings part."""
+    """A second turn whose prompt parts from the conversation as the model wrote it differently on the two sides
+    (each side against its own reference, rendered by the same server with its own call ids): each side's prompt
+    where it parts from its reference (None: it does not)."""
     if rebuilder_of(mode) is None:
         return []
-    prompts = [(t.prompts or {}).get("sent") for t in (base, cand)]
-    if None in prompts or prompts[0] == prompts[1]:
+    gaps = [_gap(t.prompts) for t in (base, cand)]
+    if gaps[0] == gaps[1] or any(t.prompts is None for t in (base, cand)):
         return []
-    at = first_difference(prompts[0], prompts[1])
-    excerpts = [text[max(0, at - 40):at + 60] for text in prompts]
-    return [make("multi_turn", "prompt", excerpts[0], excerpts[1],
-                 f"the prompt the server renders for the second turn as {rebuilder_of(mode)} sends it back differs "
-                 f"from character {at}: {excerpts[0]!r} under the baseline, {excerpts[1]!r} under the candidate")]
+    shown = [f"parts from the model's turn at character {gap[0]}: {gap[1]!r}" if gap else "the model's own turn"
+             for gap in gaps]
+    return [make("multi_turn", "prompt", gaps[0] and gaps[0][1], gaps[1] and gaps[1][1],
+                 f"the prompt the server renders for the second turn as {rebuilder_of(mode)} sends it back: "
+                 f"{shown[0]} under the baseline, {shown[1]} under the candidate")]
+
+
+def _gap(prompts: Mapping[str, str] | None) -> tuple[int, str] | None:
+    """Where a second turn's prompt parts from its reference, and its text there (None: it does not)."""
+    if not prompts or prompts.get("sent") == prompts.get("reference"):
+        return None
+    sent, reference = prompts.get("sent", ""), prompts.get("reference", "")
+    at = first_difference(sent, reference)
+    return at, sent[max(0, at - 40):at + 60]
 
 
 def _check_named(result: CaseResult | None, name: str) -> Check | None:

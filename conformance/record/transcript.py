@@ -74,9 +74,11 @@ class Transcript:
     # [] = exactly the forced text, every marker as its single token; None = could not be verified.
     forcing_problems: list[str] | None = None
     # A second turn (conformance.run.second_turn): the prompts the server rendered, by what was rendered
-    # ("sent", "reference", "reference_without_reasoning"), or why they could not be read.
+    # ("sent", "reference", "reference_without_reasoning"; "sent_from"), or why they could not be read: the
+    # server has no tokenizer endpoints (unavailable: not judged, named) or they failed (error: never a pass).
     prompts: dict[str, str] | None = None
     prompts_error: str | None = None
+    prompts_unavailable: str | None = None
 
     @property
     def answered(self) -> bool:

@@ -275,27 +275,31 @@ async def run_async(
             thread), sent forced, the server's renderings of its prompt recorded, judged."""
             job = first_turn_job(case, first)
             turn2 = turn2_case(case, case.request)
-            forcing, not_sent = await forcing_for(turn2, target, natural, tokenizer)
-            if turn2.force is None:  # the format cannot express it: the reference says why
+            not_sent = first_not_sent
+            if not_sent is None and turn2.force is None:  # the format cannot express it: the reference says why
                 not_sent = NotSent("declared", turn2.reference.skip if turn2.reference and turn2.reference.skip
                                    else "the second turn has no forced text in this format")
-            not_sent = first_not_sent or not_sent or (NotSent("first_turn_unusable", job) if isinstance(job, str)
-                                                      else None)
-
-            sender = TurnSender(clients, target, semaphore, forcing, renderer, lambda sent, transcript: verify_within(
-                target.timeout, method.verify(tokenizer(), sent, transcript, FORMATS[target.format].marker_tokens)))
+            if not_sent is None and isinstance(job, str):
+                not_sent = NotSent("first_turn_unusable", job)
+            sender = TurnSender(clients, target, semaphore,
+                                lambda sent: forcing_for(sent, target, natural, tokenizer),  # keyed on its prompt
+                                renderer, lambda sent, transcript: verify_within(
+                                    target.timeout,
+                                    method.verify(tokenizer(), sent, transcript, FORMATS[target.format].marker_tokens)))
 
             async def one(name: str, rebuild: TurnRebuilder) -> Transcript:
                 if not_sent is not None or isinstance(job, str):
-                    why = not_sent or NotSent(None, str(job))
-                    return turn2_not_sent(case, target, second_turn_mode(name), repeat_index, why.kind, why.reason)
-                return await send_second_turn(sender, case, job, name, rebuild, repeat_index)
-
-            recorded = await asyncio.gather(*(one(name, rebuild) for name, rebuild in rebuilders.items()))
-            for transcript in recorded:
-                transcripts.append(transcript)
+                    assert not_sent is not None
+                    transcript = turn2_not_sent(case, target, second_turn_mode(name), repeat_index, not_sent.kind,
+                                                not_sent.reason)
+                else:
+                    transcript = await send_second_turn(sender, case, job, name, rebuild, repeat_index)
+                transcripts.append(transcript)  # recorded at once: an interrupted run keeps it
                 if writers:
                     writers[0].write(transcript.to_dict())
+                return transcript
+
+            recorded = await asyncio.gather(*(one(name, rebuild) for name, rebuild in rebuilders.items()))
             record_results(judge_group(case, {t.mode: t for t in recorded}, markers, allowed_skips))
 
         tasks = [asyncio.ensure_future(one_case(case, r)) for r in range(repeat) for case in cases]

@@ -22,10 +22,12 @@ from conformance.record.outcomes import Check, SkipKind
 from conformance.record.transcript import Transcript
 from conformance.run.checks.second_turn import check_turn2_prompt
 from conformance.run.driver import Clients, Target, send
+from conformance.run.forcing_plan import NotSent
 from conformance.run.judge import judge
-from conformance.servers.forcing import ForcingUnsupported, ServerRefused, ServerTokenizer
+from conformance.servers.forcing import ForcingUnsupported, ServerTokenizer
 from conformance.servers.profiles import profile_record
 from conformance.suite.format_cases import second_turn_conversation
+from conformance.util.side_requests import in_daemon_thread
 
 
 @dataclass(frozen=True)
@@ -49,22 +51,32 @@ class TurnBody:
     available: bool = True  # False: the client cannot run here (not installed); `error` says why
 
 
-# A rebuilder: every job of a run at once (a client may need a process per batch), answered by job key.
+# A rebuilder: the jobs it is given together (the engine gives one at a time, as each case's turn 1 is in),
+# answered by job key.
 TurnRebuilder = Callable[[Sequence[TurnJob]], Mapping[str, TurnBody]]
 
 
 def tool_messages(answer_message: Mapping[str, Any], results: Sequence[str]) -> list[dict[str, Any]]:
     """The tool messages answering each call of `answer_message`, as the OpenAI API asks for them."""
-    calls = answer_message.get("tool_calls") or []
     return [{"role": "tool", "tool_call_id": call.get("id"), "content": result}
-            for call, result in zip(calls, results)]
+            for call, result in zip(answer_calls(answer_message), results)]
 
 
 def answer_message(answer: Mapping[str, Any]) -> dict[str, Any]:
-    """The first choice's message of a chat completion (empty when it has none)."""
-    choices = answer.get("choices") or [{}]
-    message = choices[0].get("message") if isinstance(choices[0], Mapping) else None
+    """The first choice's message of a chat completion (empty when it has none, or none of the right shape)."""
+    choices = answer.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, Mapping) else None
     return dict(message) if isinstance(message, Mapping) else {}
+
+
+def answer_calls(message: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A message's tool calls, [] unless they are a list of objects each with a `function` object."""
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list) or not all(isinstance(c, Mapping) and isinstance(c.get("function"), Mapping)
+                                              for c in calls):
+        return []
+    return calls
 
 
 def _reasoning_of(message: Mapping[str, Any]) -> str | None:
@@ -82,12 +94,11 @@ def _hand_written(reasoning_keys: tuple[str, ...]) -> TurnRebuilder:
         for job in jobs:
             sent = answer_message(job.answer)
             message: dict[str, Any] = {"role": "assistant", "content": sent.get("content")}
-            if sent.get("tool_calls"):
+            if calls := answer_calls(sent):
                 message["tool_calls"] = [
                     {"id": call.get("id"), "type": "function",
-                     "function": {"name": (call.get("function") or {}).get("name"),
-                                  "arguments": (call.get("function") or {}).get("arguments")}}
-                    for call in sent["tool_calls"]]
+                     "function": {"name": call["function"].get("name"), "arguments": call["function"].get("arguments")}}
+                    for call in calls]
             if (reasoning := _reasoning_of(sent)) is not None:
                 message.update(dict.fromkeys(reasoning_keys, reasoning))
             body = {key: copy.deepcopy(value) for key, value in job.request.items()}
@@ -114,15 +125,19 @@ RUN_CONTROLS = ("max_tokens", "temperature")
 
 def first_turn_job(case: Case, first: Transcript | None) -> TurnJob | str:
     """What the rebuilders get from the server's non-streaming turn-1 answer, or why there is none
-    to answer (that answer is judged in its own mode)."""
+    to answer (that answer is judged in its own mode): none, a refusal, an answer that is not the forced
+    text (what the model wrote is then unknown), calls of the wrong shape or number."""
     assert case.second_turn is not None
-    if first is None or first.status != 200 or first.response is None:
+    if first is None or first.status != 200 or not isinstance(first.response, Mapping):
         status = "no answer" if first is None or first.status is None else f"HTTP {first.status}"
         return f"the server's non-streaming turn-1 answer is not a completion to answer ({status})"
-    calls = answer_message(first.response).get("tool_calls") or []
+    if first.forcing_problems:
+        return f"the server's non-streaming turn-1 answer is not the forced text: {first.forcing_problems[0]}"
+    calls = answer_calls(answer_message(first.response))
     wanted = len(case.second_turn.tool_results)
     if len(calls) != wanted:
-        return f"the server's non-streaming turn-1 answer has {len(calls)} tool call(s); the second turn answers {wanted}"
+        return (f"the server's non-streaming turn-1 answer has {len(calls)} well-formed tool call(s); the second "
+                f"turn answers {wanted}")
     return TurnJob(f"{case.id}#{first.repeat}", copy.deepcopy(case.request), first.response,
                    case.second_turn.tool_results)
 
@@ -149,7 +164,7 @@ def reference_conversations(case: Case, answer: Mapping[str, Any]) -> dict[str, 
     with and without its reasoning: what the model was trained to see next."""
     first = case.written_turn
     assert first is not None
-    ids = [call.get("id") for call in answer_message(answer).get("tool_calls") or []]
+    ids = [call.get("id") for call in answer_calls(answer_message(answer))]
     return {"reference": second_turn_conversation(case, first, ids, api=True),
             "reference_without_reasoning": second_turn_conversation(case, replace(first, reasoning=None), ids,
                                                                     api=True)}
@@ -177,42 +192,59 @@ async def rendered_prompts(tokenizer: ServerTokenizer, case: Case, transcript: T
 @dataclass(frozen=True)
 class TurnSender:
     """What sending a second turn takes of the run: its connections and target, its slots for requests in
-    flight, the second turn's forcing fields, the server's renderer and the verification of a forced answer."""
+    flight, the forcing of a turn-2 request (its fields, or why it is not sent: a method that keys on the
+    prompt needs the rebuilt request), the server's renderer and the verification of a forced answer."""
 
     clients: Clients
     target: Target
     slots: asyncio.Semaphore
-    forcing: dict[str, Any] | None
+    forcing: Callable[[Case], Awaitable[tuple[dict[str, Any] | None, NotSent | None]]]
     renderer: Callable[[], ServerTokenizer]
     verify: Callable[[Case, Transcript], Awaitable[list[str] | None]]
 
 
 async def send_second_turn(sender: TurnSender, case: Case, job: TurnJob, name: str, rebuild: TurnRebuilder,
                            repeat: int) -> Transcript:
-    """`rebuild`'s turn 2 of `case` (a client library runs in a thread), sent forced, the forced answer verified
-    and the server's renderings of the request and of the reference conversation recorded."""
+    """`rebuild`'s turn 2 of `case` (a client library runs in a daemon thread, within the run's timeout), sent
+    forced, the forced answer verified and the server's renderings of the request and of the reference
+    conversation recorded. What goes wrong on the way is the transcript's error, never the run's."""
     mode, target = second_turn_mode(name), sender.target
-    body = (await asyncio.to_thread(_one_at_a_time, rebuild, job)).get(job.key)
+    try:
+        bodies = await in_daemon_thread(REBUILD_TIMEOUT, _one_at_a_time, rebuild, job)
+    except TimeoutError:
+        return turn2_not_sent(case, target, mode, repeat, None,
+                              f"{name} did not send a second turn within {REBUILD_TIMEOUT:g}s")
+    except Exception as exc:  # a rebuilder's own set-up (a replay server, a Node batch) failing
+        return turn2_not_sent(case, target, mode, repeat, None,
+                              f"{name} did not send a second turn: {type(exc).__name__}: {exc}")
+    body = bodies.get(job.key)
     if body is None or body.body is None:
         why = body.error if body is not None else "the rebuilder gave no body"
         return turn2_not_sent(case, target, mode, repeat, "client_unavailable" if body and not body.available else None,
                               f"{name} did not send a second turn: {why}")
     sent = turn2_case(case, turn2_request(case, body.body))
+    forcing, not_sent = await sender.forcing(sent)
+    if not_sent is not None:
+        return turn2_not_sent(case, target, mode, repeat, not_sent.kind, not_sent.reason)
     async with sender.slots:
-        transcript = await send(sender.clients, target, sent, mode, forcing=sender.forcing, repeat=repeat)
+        transcript = await send(sender.clients, target, sent, mode, forcing=forcing, repeat=repeat)
     if transcript.status == 200:
         transcript.forcing_problems = await sender.verify(sent, transcript)
-    try:
-        async with asyncio.timeout(target.timeout):
-            transcript.prompts = await rendered_prompts(sender.renderer(), case, transcript, job.answer)
-    except (ForcingUnsupported, ServerRefused, TimeoutError, OSError, ValueError, LookupError) as exc:
-        transcript.prompts_error = target.redact(f"{type(exc).__name__}: {exc}")
+        try:
+            async with asyncio.timeout(target.timeout):
+                transcript.prompts = await rendered_prompts(sender.renderer(), case, transcript, job.answer)
+        except ForcingUnsupported as exc:  # a server without /tokenize and /detokenize
+            transcript.prompts_unavailable = target.redact(str(exc))
+        except Exception as exc:  # a refusal, a timeout, an answer of the wrong shape: not judged, an error
+            transcript.prompts_error = target.redact(f"{type(exc).__name__}: {exc}")
     return transcript
 
 
 # Rebuilders run one at a time, whichever run (a gate's two sides) asks: two client libraries imported at
-# once in two threads met a half-imported httpx ("partially initialized module"), measured.
+# once in two threads met a half-imported httpx ("partially initialized module"), measured. Each waits at
+# most REBUILD_TIMEOUT seconds, its turn included (a client's two calls are bounded by its own timeout).
 _REBUILDING = threading.Lock()
+REBUILD_TIMEOUT = 300.0
 
 
 def _one_at_a_time(rebuild: TurnRebuilder, job: TurnJob) -> Mapping[str, TurnBody]:

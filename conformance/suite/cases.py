@@ -388,6 +388,10 @@ def _semantic_issues(
                                 f"streaming and non-streaming: list the feature {STREAM_FEATURE!r}")
 
 
+# What a case with a second turn may ask: what the clients send back and the run controls the run adds.
+SECOND_TURN_REQUEST_KEYS = frozenset({"messages", "tools", "tool_choice", "max_tokens", "temperature"})
+
+
 def _second_turn_issues(raw: Mapping[str, Any], at: list[str | int], locator: _Locator) -> Iterator[Issue]:
     """A second turn answers turn 1's calls as the model wrote them: one tool result per call, a plain turn
     (no shape, no format delimiter named in it: the conversation sent back must be what the model wrote).
@@ -403,6 +407,12 @@ def _second_turn_issues(raw: Mapping[str, Any], at: list[str | int], locator: _L
                             "in `second_turn.written` (the conversation its second turn sends back)")
     elif "force" not in raw and "turn" not in raw:
         yield locator.issue([*at, "second_turn"], "a second turn follows a forced turn 1 (`turn`, or `force`)")
+    if "non-stream" not in _list(raw.get("modes", list(MODES))):
+        yield locator.issue([*at, "modes"], "a second turn answers the non-streaming turn 1: keep non-stream")
+    request = raw.get("request") if isinstance(raw.get("request"), dict) else {}
+    if extra := sorted(set(request) - SECOND_TURN_REQUEST_KEYS):
+        yield locator.issue([*at, "request"], f"a case with a second turn sends {', '.join(extra)}, which the clients "
+                            f"do not send back (only {', '.join(sorted(SECOND_TURN_REQUEST_KEYS))})")
     turn = raw.get("turn") if isinstance(raw.get("turn"), dict) else second.get("written")
     if not isinstance(turn, dict):
         return

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from difflib import SequenceMatcher
 from typing import Any
 
 from conformance.record.case_model import ExpectedMessage
-from conformance.record.outcomes import FAIL, FINDING, PASS, SKIP, Check
+from conformance.record.outcomes import ERROR, FAIL, FINDING, PASS, SKIP, Check
 from conformance.record.transcript import Transcript
 from conformance.util.json_values import json_equal
 
@@ -33,26 +34,29 @@ def check_turn2_prompt(transcript: Transcript, read_fields: tuple[str, ...] | No
     """`read_fields`: where the server reads reasoning from (its profile record; None: not known); `written`:
     turn 1 as the model wrote it, whose calls a faithful client sends back."""
     prompts = transcript.prompts
+    if transcript.prompts_unavailable:
+        return Check(CHECK, SKIP, reason=f"the server cannot render the conversation, so the prompt is not judged: "
+                                         f"{transcript.prompts_unavailable}")
     if transcript.prompts_error or not prompts:
-        return Check(CHECK, SKIP, reason=f"the server's rendering of the second turn could not be read: "
-                                         f"{transcript.prompts_error or 'not recorded'}")
+        return Check(CHECK, ERROR, reason=f"the server's rendering of the second turn could not be read: "
+                                          f"{transcript.prompts_error or 'not recorded'}")
     sent, reference, bare = prompts["sent"], prompts["reference"], prompts["reference_without_reasoning"]
     fields = reasoning_fields_sent(transcript.request)
     unread = [field for field in fields if read_fields is not None and field not in read_fields]
     # only whitespace apart (a text field sent back with whitespace the model did not write there): a finding
     spaced = "" if sent in (reference, bare) else " (and in whitespace: a text field sent back with whitespace " \
         "the model did not write there)"
-    if _compact(sent) == _compact(reference):
+    if _whitespace_apart(sent, reference):
         if fields and unread == fields and reference != bare:
-            return Check(CHECK, FAIL, reason=f"the server rendered the reasoning sent back as {' and '.join(fields)}, "
-                         f"which its profile record says it does not read (it reads {', '.join(read_fields or ())}): "
-                         "the record is stale")
+            return Check(CHECK, ERROR, reason=f"the server rendered the reasoning sent back as "
+                         f"{' and '.join(fields)}, which its profile record says it does not read (it reads "
+                         f"{', '.join(read_fields or ())}): the record is stale (this suite's, not the server's fault)")
         if spaced:
             return Check(CHECK, FAIL, FINDING, reason="the prompt the server rendered for the second turn differs from "
                          "the conversation as the model wrote it only in whitespace" + spaced,
                          expected=_around(reference, sent), actual=_around(sent, reference))
         return Check(CHECK, PASS, reason="the server renders turn 1 as the model wrote it")
-    if _compact(sent) == _compact(bare):
+    if _whitespace_apart(sent, bare):
         if not fields or unread == fields:
             how = (f"sent it back as {' and '.join(fields)}, which the server does not read (it reads "
                    f"{', '.join(read_fields or ())})" if fields else "sent no reasoning back")
@@ -95,8 +99,21 @@ def _calls_changed(request: Mapping[str, Any], written: ExpectedMessage) -> str:
                      for i, (g, w) in enumerate(zip(got, wanted)) if g[0] != w[0] or not json_equal(g[1], w[1]))
 
 
-def _compact(text: str) -> str:
-    return "".join(text.split())
+def _whitespace_apart(a: str, b: str) -> bool:
+    """Whether `a` and `b` differ only in runs of whitespace that neither split nor join words (more newlines
+    before a delimiter, not "New York" against "NewYork")."""
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        if a[i1:i2].strip() or b[j1:j2].strip():
+            return False
+        if not (i2 - i1 and j2 - j1) and _between_words(a, i1, i2) | _between_words(b, j1, j2):
+            return False  # whitespace there on one side only, between two word characters
+    return True
+
+
+def _between_words(text: str, start: int, end: int) -> bool:
+    return 0 < start and end < len(text) and end > start and (text[start - 1].isalnum() and text[end].isalnum())
 
 
 def reasoning_fields_sent(request: Mapping[str, Any]) -> list[str]:
