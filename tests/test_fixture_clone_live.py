@@ -51,6 +51,7 @@ def test_a_shipped_formats_clone_is_gated_with_the_legacy_parsers_as_baseline_ar
     code = main(["gate", "--model", str(tmp_path / "clone"), "--format", "qwen3-xml",
                  "--baseline-args", "--tool-call-parser qwen3_coder --reasoning-parser qwen3",
                  "--case", "turn-reasoning-then-call", "--case", "turn-two-calls", "--granularities", "none",
+                 "--second-turn", "none",
                  "--no-expect", "--out", str(tmp_path / "gate")])
     gate = json.loads((tmp_path / "gate" / "gate.json").read_text())
     assert code in (exit_codes.OK, exit_codes.FAILED) and gate["verdict"]["newly_failing"] == 0, gate["verdict"]
