@@ -44,7 +44,7 @@ def _judged_as_the_format_means(form: str, live: tuple[int, dict, Path], tmp_pat
     assert len(expressible) >= len(turns) - 1  # Gemma 4: transformers cannot parse a call cut at its own closer
     for profile, side in (("legacy", "baseline"), ("hf", "candidate")):
         results = _results(out / side)
-        granular = {result["mode"] for result in results if "@" in result["mode"]}  # the gate's granularities
+        granular = {result["mode"] for result in results if result["mode"].startswith("stream@")}  # its granularities
         assert granular == {"stream@3", "stream@whole"}
         # a deviation of the stream holds at every granularity (the stream's expectation applies there)
         declared = {(d.case, mode) for d in record.deviations if d.profile == profile

@@ -60,6 +60,15 @@ def test_the_gate_from_the_python_to_the_rust_frontend_finds_their_real_differen
     assert base.startswith("`HTTP 400, access-control-allow-origin: absent`")
     assert cand.startswith("**≠** `HTTP 200, access-control-allow-origin: absent`") and "preflight.status" in cand
 
+    # The Rust frontend refuses a turn 2 carrying reasoning under both names (its declared bug, a finding there);
+    # the Python frontend renders it: a second turn refused on one side only.
+    for case_id in ("turn-reasoning-then-call", "turn-two-calls"):
+        refused = found[(case_id, "turn2@both-reasoning-fields", "multi_turn", "status")]
+        assert refused["candidate"]["status"] == 400 and "duplicate field `reasoning`" in refused["candidate"]["message"]
+    candidate = [json.loads(line) for line in (out / "candidate" / "results.jsonl").read_text().splitlines()[1:]]
+    known = [r for r in candidate if any(c["name"] == "known_refusal" for c in r["checks"])]
+    assert {r["mode"] for r in known} == {"turn2@both-reasoning-fields"} and all(r["outcome"] == "pass" for r in known)
+
     reasoning = found[("reasoning-then-one-call", "non-stream", "message", "reasoning")]  # the Rust frontend trims
     assert (reasoning["baseline"], reasoning["candidate"]) == ("\nThe user wants weather.\n", "The user wants weather.")
 

@@ -356,3 +356,26 @@ def test_a_run_sends_second_turns_records_each_and_never_stops_on_one(tmp_path: 
     assert sum(t["mode"].startswith("turn2@") for t in recorded) == 4  # every second turn written
     again = {(r.case_id, r.mode): r.outcome for r in recheck(output.transcripts, cases)}
     assert again == {key: r.outcome for key, r in results.items()}
+
+
+def test_a_declared_refusal_is_a_finding_while_it_happens_and_stale_once_the_server_accepts() -> None:
+    from conformance.record.outcomes import Check as CheckRecord
+    from conformance.run.second_turn import judged_with_known_refusal
+    from conformance.servers.profile import KnownRefusal
+
+    known = KnownRefusal("turn2@x", ("reasoning", "reasoning_content"), 400, "duplicate field", "a known bug",
+                         "https://example.test/issue")
+    refused = _turn2(REFERENCE, ("reasoning", "reasoning_content"))
+    refused.status, refused.response = 400, None
+    refused.error_body = {"error": {"message": "messages[1]: duplicate field `reasoning`"}}
+    checks = judged_with_known_refusal([CheckRecord("http_status", FAIL, reason="refused")], refused, known)
+    assert [(c.name, c.outcome, c.kind) for c in checks] == [("known_refusal", FAIL, FINDING)]
+    assert "https://example.test/issue" in checks[0].reason
+    other = copy.deepcopy(refused)
+    other.error_body = {"error": {"message": "something else"}}
+    assert [c.name for c in judged_with_known_refusal([CheckRecord("http_status", FAIL)], other, known)] == [
+        "http_status"]  # another refusal is still a failure
+    accepted = judged_with_known_refusal([], _turn2(REFERENCE, ("reasoning", "reasoning_content")), known)
+    assert [(c.name, c.outcome, c.kind) for c in accepted] == [("known_refusal", FAIL, CONTRACT)]
+    assert "stale" in accepted[0].reason
+    assert judged_with_known_refusal([], _turn2(REFERENCE, ()), known) == []  # no reasoning sent: nothing declared

@@ -18,13 +18,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from conformance.record.case_model import Case, Mode, second_turn_mode
-from conformance.record.outcomes import Check, SkipKind
+from conformance.record.outcomes import FAIL, FINDING, Check, SkipKind
 from conformance.record.transcript import Transcript
-from conformance.run.checks.second_turn import check_turn2_prompt
+from conformance.record.wire import error_text
+from conformance.run.checks.second_turn import check_turn2_prompt, reasoning_fields_sent
 from conformance.run.driver import Clients, Target, send
 from conformance.run.forcing_plan import NotSent
 from conformance.run.judge import judge
 from conformance.servers.forcing import ForcingUnsupported, ServerTokenizer
+from conformance.servers.profile import KnownRefusal
 from conformance.servers.profiles import profile_record
 from conformance.suite.format_cases import second_turn_conversation
 from conformance.util.side_requests import in_daemon_thread
@@ -259,10 +261,29 @@ def turn2_not_sent(case: Case, target: Target, mode: Mode, repeat: int, kind: Sk
                       skip_reason=reason if kind else None, skip_kind=kind, transport_error=None if kind else reason)
 
 
+def judged_with_known_refusal(checks: list[Check], transcript: Transcript, known: KnownRefusal) -> list[Check]:
+    """The checks of a mode whose refusal the profile declares: while the server refuses it so, the refusal is
+    a `known_refusal` finding instead of a failure; once it accepts it, the declaration fails as stale."""
+    if transcript.skip_reason is not None or transcript.transport_error is not None or not set(known.fields) <= set(
+            reasoning_fields_sent(transcript.request)):
+        return checks  # not sent, or without what the server refuses
+    declared = f"{known.reason} ({known.link})"
+    if transcript.status == known.status and known.message in error_text(transcript.error_body):
+        return [check for check in checks if check.name != "http_status"] + [
+            Check("known_refusal", FAIL, FINDING, reason=f"a declared bug of the server: {declared}")]
+    if transcript.status is not None and transcript.status < 400:
+        return [*checks, Check("known_refusal", FAIL, reason=f"the declared refusal no longer happens, the "
+                               f"declaration is stale: {declared}")]
+    return checks
+
+
 def judge_second_turn(case: Case, transcript: Transcript, markers: Sequence[str]) -> list[Check]:
     """A second turn's checks: the answer (accepted, forced, judged against the second turn's reference)
     and the prompt the server rendered for it."""
     checks = judge(turn2_case(case, transcript.request or case.request), transcript, markers=markers)
+    if (known := next((r for r in profile_record(transcript.profile).known_refusals
+                       if r.mode == transcript.mode), None)) is not None:
+        checks = judged_with_known_refusal(checks, transcript, known)
     if transcript.skip_reason is None and transcript.status == 200:
         checks.append(check_turn2_prompt(transcript, profile_record(transcript.profile).reasoning_input_fields,
                                          case.written_turn))

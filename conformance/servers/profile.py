@@ -98,6 +98,20 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class KnownRefusal:
+    """A known bug of a server: requests sent in `mode` whose last assistant message holds every field of
+    `fields` (with text) refused with `status` and an error message holding `message`, for `reason` (`link`:
+    where it is reported or shown)."""
+
+    mode: str
+    fields: tuple[str, ...]
+    status: int
+    message: str
+    reason: str
+    link: str
+
+
+@dataclass(frozen=True)
 class Profile:
     """A server under test, as data (a new profile is a new entry in PROFILES)."""
 
@@ -134,6 +148,9 @@ class Profile:
     # second turn, conformance.run.checks.second_turn): reasoning sent only under another field is lost, the
     # client's finding. None: not known (reasoning sent under any name must then reach the prompt).
     reasoning_input_fields: tuple[str, ...] | None = None
+    # Requests it refuses that it should accept, each a known bug declared with its reason and a link: the
+    # refusal is a finding (`known_refusal`), and the declaration fails as stale once the server accepts it.
+    known_refusals: tuple[KnownRefusal, ...] = ()
 
     @property
     def stream_interval_per_request(self) -> bool:

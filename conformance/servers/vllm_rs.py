@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from conformance.servers.forcing_methods import ForcingMethod, RegexForcing, TokenGrammarForcing
-from conformance.servers.profile import Launch, Profile, VersionProbe
+from conformance.servers.profile import KnownRefusal, Launch, Profile, VersionProbe
 from conformance.servers.runtimes import Runtime
 from conformance.servers.runtimes.vllm_033 import VllmRustOverlay
 from conformance.servers.runtimes.vllm_rs import VllmRustFrontend
@@ -19,7 +19,7 @@ VLLM_RS_HF_FLAGS = ("--tool-call-parser", "hf", "--reasoning-parser", "hf")
 
 
 def vllm_rs_profile(name: str, description: str, release: str, runtime: Runtime, forcing: ForcingMethod,
-                    expected_version: str | None = None) -> Profile:
+                    expected_version: str | None = None, known_refusals: tuple[KnownRefusal, ...] = ()) -> Profile:
     """A profile of vLLM's Rust frontend (`release`, its binary and engine from `runtime`) with the hf parser."""
     return Profile(
         name=name, server_name="vLLM's Rust frontend", description=description,
@@ -28,7 +28,19 @@ def vllm_rs_profile(name: str, description: str, release: str, runtime: Runtime,
         forcing=forcing, version_probe=VersionProbe(), reasoning_field="reasoning",
         cors_advice=vllm_cors_advice(f"vLLM {release}'s Rust frontend"), expected_version=expected_version,
         stream_interval="honoured",  # measured: 24 tokens asked 8 at a time came in 4 deltas (0.32, 0.33)
+        known_refusals=known_refusals,
     )  # fmt: skip
+
+
+# Measured on 0.32.0: an assistant message sent back with both `reasoning` and `reasoning_content` (a client
+# copying both names, as the Python frontend reads either) is refused: its message type takes the two names as
+# one field (an alias), and serde refuses the duplicate. The Python frontend renders it.
+BOTH_REASONING_FIELDS_REFUSED = KnownRefusal(
+    mode="turn2@both-reasoning-fields", fields=("reasoning", "reasoning_content"), status=400,
+    message="duplicate field `reasoning`",
+    reason="vLLM 0.32's Rust frontend refuses an assistant message holding both reasoning and reasoning_content "
+           "(HTTP 400 \"messages[1]: duplicate field `reasoning`\"); the Python frontend accepts it",
+    link="tests/test_gate_cross.py::test_the_gate_from_the_python_to_the_rust_frontend_finds_their_real_differences")
 
 
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
@@ -54,7 +66,7 @@ VLLM_RS_PROFILES = (
     vllm_rs_profile("hf-rust", "vLLM 0.32's Rust frontend (vllm-rs) with the checkpoint-driven hf parser",
                     "0.32", VllmRustFrontend("0.32.0", "0.32.0+cpu"),
                     # A regex over the markers' text fails inside llguidance on the added tokens (HTTP 500).
-                    TokenGrammarForcing()),
+                    TokenGrammarForcing(), known_refusals=(BOTH_REASONING_FIELDS_REFUSED,)),
     # The vllm-rs of the vllm==0.33.0 wheel over the 0.33 overlay's engine (conformance.servers.runtimes.vllm_033).
     vllm_rs_profile("hf-rust-0.33",
                     "vLLM 0.33's Rust frontend (vllm-rs) with the checkpoint-driven hf parser (flags as hf-rust)",
