@@ -68,6 +68,11 @@ def test_the_gate_from_the_python_to_the_rust_frontend_finds_their_real_differen
     candidate = [json.loads(line) for line in (out / "candidate" / "results.jsonl").read_text().splitlines()[1:]]
     known = [r for r in candidate if any(c["name"] == "known_refusal" for c in r["checks"])]
     assert {r["mode"] for r in known} == {"turn2@both-reasoning-fields"} and all(r["outcome"] == "pass" for r in known)
+    # its /tokenize renders no conversation (the profile record says so): the prompt is not judged, by name
+    prompt_checks = [c for r in candidate if r["mode"].startswith("turn2@") for c in r["checks"]
+                     if c["name"] == "second_turn_prompt"]
+    assert prompt_checks and all(c["outcome"] == "skip" and "does not render a conversation" in c["reason"]
+                                 for c in prompt_checks)
 
     reasoning = found[("reasoning-then-one-call", "non-stream", "message", "reasoning")]  # the Rust frontend trims
     assert (reasoning["baseline"], reasoning["candidate"]) == ("\nThe user wants weather.\n", "The user wants weather.")

@@ -232,6 +232,10 @@ async def send_second_turn(sender: TurnSender, case: Case, job: TurnJob, name: s
         transcript = await send(sender.clients, target, sent, mode, forcing=forcing, repeat=repeat)
     if transcript.status == 200:
         transcript.forcing_problems = await sender.verify(sent, transcript)
+        record = profile_record(target.profile)
+        if not record.tokenizes_conversations:
+            transcript.prompts_unavailable = f"{record.server_name}'s /tokenize does not render a conversation"
+            return transcript
         try:
             async with asyncio.timeout(target.timeout):
                 transcript.prompts = await rendered_prompts(sender.renderer(), case, transcript, job.answer)

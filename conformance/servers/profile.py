@@ -151,6 +151,9 @@ class Profile:
     # Requests it refuses that it should accept, each a known bug declared with its reason and a link: the
     # refusal is a finding (`known_refusal`), and the declaration fails as stale once the server accepts it.
     known_refusals: tuple[KnownRefusal, ...] = ()
+    # Whether its /tokenize renders a conversation (`messages`): how a second turn's prompts are read. False:
+    # the prompt check is not judged, and says why.
+    tokenizes_conversations: bool = True
 
     @property
     def stream_interval_per_request(self) -> bool:

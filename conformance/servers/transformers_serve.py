@@ -36,6 +36,7 @@ TRANSFORMERS_SERVE_PROFILE = Profile(
     forcing=SequenceBiasForcing(),
     version_probe=CommandVersionProbe(("{python}", "-c", "import transformers; print(transformers.__version__)")),
     reasoning_field="reasoning_content", expectation_fallback=(), ends_stream_with_done=False,
+    tokenizes_conversations=False,  # it has no /tokenize at all (HTTP 404)
     fixture_variant="eos-closes-content", rules=(STREAM_KEEPS_REGION_WHITESPACE,),
     stream_interval="refused",  # measured on 5.23: HTTP 422 "Unexpected fields in the request: {'stream_interval'}"
     cors_advice="start `transformers serve` with `--enable-cors` (permissive: it then allows every origin, "
