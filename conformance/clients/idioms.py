@@ -18,8 +18,8 @@ from pydantic import BaseModel
 from conformance.clients import node_ai_sdk
 from conformance.clients.jobs import CALL_TIMEOUT, ClientName, Job, error_text
 from conformance.clients.replay_server import Answer, ReplayServer
+from conformance.record.case_model import RUN_CONTROLS
 
-RUN_CONTROLS = ("max_tokens", "temperature")  # what a case adds to an idiom's body to bound the run
 TRANSPORT_FIELDS = ("model", "stream")  # what every client sends besides the idiom's body
 
 

@@ -70,6 +70,9 @@ def mode_order(mode: Mode) -> tuple[int, int]:
         return (MODES.index(mode), 0)
     return (len(MODES), tokens_per_delta(mode) or 0) if rebuilder_of(mode) is None else (len(MODES) + 1, 0)
 MESSAGE_FIELDS = ("reasoning", "content", "tool_calls")
+# What a case adds to a client's request to bound the run: a client idiom's body leaves them out, and a second turn
+# rebuilt by a client gets the case's own where the client left them out.
+RUN_CONTROLS = ("max_tokens", "temperature")
 
 
 @dataclass(frozen=True)

@@ -133,17 +133,14 @@ def judge_group(case: Case, by_mode: dict[str, Transcript], markers: Sequence[st
     a skip of a kind in `allowed_skips` (or declared by the case) is allowed."""
     results = []
     for mode, transcript in sorted(by_mode.items(), key=lambda item: mode_order(item[0])):
-        if rebuilder_of(mode) is not None:
-            try:
-                checks = judge_second_turn(case, transcript, markers)
-            except Exception as exc:  # as below
-                checks = [_unreadable(transcript, None, exc)]
-            results.append(make_result(case, transcript, checks, allowed_skips))
-            continue
-        companion = by_mode.get("non-stream") if is_stream(mode) else None
+        second_turn = rebuilder_of(mode) is not None  # judged on its own (its first turn is another request)
+        companion = by_mode.get("non-stream") if is_stream(mode) and not second_turn else None
         one_token_stream = by_mode.get("stream") if tokens_per_delta(mode) is not None else None
         try:
-            checks = judge(case, transcript, companion=companion, markers=markers, one_token_stream=one_token_stream)
+            if second_turn:
+                checks = judge_second_turn(case, transcript, markers)
+            else:
+                checks = judge(case, transcript, companion=companion, markers=markers, one_token_stream=one_token_stream)
             if bug := FORMATS[format_of(case)].stream_bug(transcript.profile, case.id, mode):
                 checks = judged_with_stream_bug(checks, bug)
         except Exception as exc:  # must not stop the run: a malformed answer fails, a bug of ours is an error
@@ -288,11 +285,11 @@ async def run_async(
                                     method.verify(tokenizer(), sent, transcript, FORMATS[target.format].marker_tokens)))
 
             async def one(name: str, rebuild: TurnRebuilder) -> Transcript:
-                if not_sent is not None or isinstance(job, str):
-                    assert not_sent is not None
+                if not_sent is not None:  # set whenever there is no job
                     transcript = turn2_not_sent(case, target, second_turn_mode(name), repeat_index, not_sent.kind,
                                                 not_sent.reason)
                 else:
+                    assert not isinstance(job, str)
                     transcript = await send_second_turn(sender, case, job, name, rebuild, repeat_index)
                 transcripts.append(transcript)  # recorded at once: an interrupted run keeps it
                 if writers:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from conformance.record.case_model import Case, Mode, second_turn_mode
+from conformance.record.case_model import RUN_CONTROLS, Case, Mode, second_turn_mode
 from conformance.record.outcomes import FAIL, FINDING, Check, SkipKind
 from conformance.record.transcript import Transcript
 from conformance.record.wire import error_text
@@ -28,7 +28,7 @@ from conformance.run.judge import judge
 from conformance.servers.forcing import ForcingUnsupported, ServerTokenizer
 from conformance.servers.profile import KnownRefusal
 from conformance.servers.profiles import profile_record
-from conformance.suite.format_cases import second_turn_conversation
+from conformance.suite.format_cases import second_turn_conversation, tool_messages
 from conformance.util.side_requests import in_daemon_thread
 
 
@@ -56,12 +56,6 @@ class TurnBody:
 # A rebuilder: the jobs it is given together (the engine gives one at a time, as each case's turn 1 is in),
 # answered by job key.
 TurnRebuilder = Callable[[Sequence[TurnJob]], Mapping[str, TurnBody]]
-
-
-def tool_messages(answer_message: Mapping[str, Any], results: Sequence[str]) -> list[dict[str, Any]]:
-    """The tool messages answering each call of `answer_message`, as the OpenAI API asks for them."""
-    return [{"role": "tool", "tool_call_id": call.get("id"), "content": result}
-            for call, result in zip(answer_calls(answer_message), results)]
 
 
 def answer_message(answer: Mapping[str, Any]) -> dict[str, Any]:
@@ -104,7 +98,8 @@ def _hand_written(reasoning_keys: tuple[str, ...]) -> TurnRebuilder:
             if (reasoning := _reasoning_of(sent)) is not None:
                 message.update(dict.fromkeys(reasoning_keys, reasoning))
             body = {key: copy.deepcopy(value) for key, value in job.request.items()}
-            body["messages"] = [*body["messages"], message, *tool_messages(sent, job.tool_results)]
+            body["messages"] = [*body["messages"], message, *tool_messages(
+                [call.get("id") for call in answer_calls(sent)], job.tool_results)]
             bodies[job.key] = TurnBody(body)
         return bodies
     return rebuild
@@ -118,11 +113,6 @@ REASONING_REBUILDERS: dict[str, TurnRebuilder] = {
     "both-reasoning-fields": _hand_written(("reasoning", "reasoning_content")),
     "no-reasoning": _hand_written(()),
 }
-
-
-# The run controls a client may leave out of its turn-2 body (its idiom sends messages and tools only):
-# the run adds the case's own, so the forced answer stays bounded.
-RUN_CONTROLS = ("max_tokens", "temperature")
 
 
 def first_turn_job(case: Case, first: Transcript | None) -> TurnJob | str:

@@ -22,7 +22,7 @@ import yaml
 from conformance.formats.format import Format
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.formats.tiny_checkpoint import VARIANTS
-from conformance.record.case_model import GRANULARITY_FEATURE, MODES, Case, build_case
+from conformance.record.case_model import GRANULARITY_FEATURE, MODES, RUN_CONTROLS, Case, build_case
 from conformance.servers.profiles import PROFILES
 from conformance.suite.contract_document import reference_problem
 from conformance.suite.format_cases import in_format
@@ -389,7 +389,7 @@ def _semantic_issues(
 
 
 # What a case with a second turn may ask: what the clients send back and the run controls the run adds.
-SECOND_TURN_REQUEST_KEYS = frozenset({"messages", "tools", "tool_choice", "max_tokens", "temperature"})
+SECOND_TURN_REQUEST_KEYS = frozenset({"messages", "tools", "tool_choice", *RUN_CONTROLS})
 
 
 def _second_turn_issues(raw: Mapping[str, Any], at: list[str | int], locator: _Locator) -> Iterator[Issue]:

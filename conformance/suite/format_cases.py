@@ -96,9 +96,12 @@ def second_turn_conversation(case: Case, first: ExpectedMessage, ids: Sequence[s
         call["id"] = call_id
         if api:
             call["function"]["arguments"] = json.dumps(call["function"]["arguments"], ensure_ascii=False)
-    tools = [{"role": "tool", "tool_call_id": call_id, "content": result}
-             for call_id, result in zip(ids, case.second_turn.tool_results)]
-    return [*case.request["messages"], message, *tools]
+    return [*case.request["messages"], message, *tool_messages(ids, case.second_turn.tool_results)]
+
+
+def tool_messages(ids: Sequence[Any], results: Sequence[str]) -> list[dict[str, Any]]:
+    """The tool messages answering the calls named by `ids` with `results`, in order, as the OpenAI API asks."""
+    return [{"role": "tool", "tool_call_id": call_id, "content": result} for call_id, result in zip(ids, results)]
 
 
 def _second_turn_in(case: Case, first: Expectation | None, form: Format, subject: Subject | None) -> SecondTurn:
