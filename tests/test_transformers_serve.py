@@ -15,7 +15,7 @@ from conformance.record.wire import read_stream
 from conformance.run.driver import Target
 from conformance.run.engine import run
 from conformance.servers.launch import Server
-from conformance.servers.profiles import PROFILES
+from conformance.servers.profiles import PROFILES, profile_record
 from conformance.servers.sequence_bias import CheckpointTokenizer, forced_ids, verify_answer
 from conformance.suite.cases import load_suite
 
@@ -110,3 +110,23 @@ def test_sequence_bias_forcing_is_token_exact(transformers_serve_server) -> None
     assert tokenizer.tokenize(raw["choices"][0]["text"]) == ids[:-1] and raw["usage"]["completion_tokens"] == len(ids)
     unforced = post(server, "/completions", {"prompt": prompt, "max_tokens": len(ids)})
     assert unforced["choices"][0]["text"] != text  # the check can tell: the model alone writes something else
+
+
+def test_it_renders_no_conversation_as_its_record_says(transformers_serve_server, hf_server) -> None:
+    """`tokenizes_conversations`: transformers serve has no /tokenize (404), so a second turn's prompt is not judged
+    there (a named skip); vLLM's Python frontend renders one (the contrast, on the same body)."""
+    import urllib.error
+
+    def tokenize(server) -> int:
+        body = {"model": server.model, "messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True}
+        request = urllib.request.Request(server.base_url.removesuffix("/v1") + "/tokenize", json.dumps(body).encode(),
+                                         {"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                return answer.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    assert profile_record("transformers-serve").tokenizes_conversations is False
+    assert tokenize(transformers_serve_server) == 404
+    assert profile_record("hf").tokenizes_conversations is True and tokenize(hf_server) == 200
