@@ -24,6 +24,10 @@ A stream asked for several tokens per delta (`stream_interval` N > 1) arrives in
 group's deltas merged into one (the role chunk on its own, as vLLM sends the first token); a server made
 with `splits_badly` then loses the call's first argument fragment when a group holds the call's name and
 it (the speculative-decoding bug reported to vLLM), and so does not reassemble to its one-token stream.
+Each merged chunk's choice names the tokens it carries (`token_ids`, one per merged chunk) as vLLM does
+when asked `return_token_ids`. A server made with `merges_one_token_streams=K` sends its first K one-token
+streams of `ok`/`ok-incremental` merged 3 chunks at a time all the same, as a busy vLLM groups what a slow
+reader has not taken yet.
 
 `requests` records every JSON body received, in order; `authorizations` the Authorization header of each.
 As vLLM does, a server made with `api_key` answers 401 `{"error": "Unauthorized"}` to a POST under /v1
@@ -128,9 +132,11 @@ def good_response() -> dict[str, Any]:
 class FakeServer:
     def __init__(self, stall_seconds: float = 5.0, api_key: str | None = None,
                  models: frozenset[str] | None = None, host: str = "127.0.0.1", port: int = 0,
-                 splits_badly: bool = False) -> None:
+                 splits_badly: bool = False, merges_one_token_streams: int = 0) -> None:
         self.stall_seconds, self.api_key, self.models = stall_seconds, api_key, models
         self.splits_badly = splits_badly
+        self.merges_left = merges_one_token_streams
+        self._merges_lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
         self.authorizations: list[str | None] = []
         self.preflights: list[tuple[str, dict[str, str]]] = []
@@ -210,6 +216,11 @@ class FakeServer:
                 self.send_header("Content-Type", "text/event-stream")
                 self.end_headers()
                 interval = body.get("stream_interval") or 1
+                if interval == 1 and scenario in ("ok", "ok-incremental"):
+                    with server._merges_lock:
+                        if server.merges_left > 0:
+                            server.merges_left -= 1
+                            interval = 3
                 lines = (server._stream_lines(scenario) if interval == 1 or scenario not in ("ok", "ok-incremental")
                          else server._grouped_lines(scenario, interval))
                 for line in lines:
@@ -254,7 +265,9 @@ class FakeServer:
                         delta[key] = delta.get(key, "") + value
             if calls:
                 delta["tool_calls"] = calls
-            yield self._event(chunk(delta, group[-1]["choices"][0]["finish_reason"]))
+            merged = chunk(delta, group[-1]["choices"][0]["finish_reason"])
+            merged["choices"][0]["token_ids"] = list(range(len(group)))
+            yield self._event(merged)
         yield b"data: [DONE]\n\n"
 
     def _stream_lines(self, scenario: str) -> Iterator[bytes | float | None]:

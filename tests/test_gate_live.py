@@ -88,7 +88,7 @@ def test_the_readme_main_command_launches_both_servers_and_gates_the_switch(tmp_
     """`conformance gate` with no arguments, from an empty directory, as the README says."""
     completed = subprocess.run([sys.executable, "-m", "conformance", "gate"], cwd=tmp_path, capture_output=True,
                                text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.returncode == 0, completed.stdout[:3000] + completed.stderr[-1000:]
     [gate_dir] = (tmp_path / "reports").glob("gate-*")
     gate = json.loads((gate_dir / "gate.json").read_text())
     assert gate["verdict"]["outcome"] == "pass" and gate["verdict"]["acknowledged"] > 100

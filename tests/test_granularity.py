@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,14 +15,20 @@ import pytest
 from conformance.cli import main
 from conformance.commands import granularities
 from conformance.formats.format import StreamBug
-from conformance.formats.registry import DEFAULT_FORMAT
+from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.record.case_model import GRANULARITIES, WHOLE_OUTPUT_TOKENS, mode_order, tokens_per_delta
 from conformance.record.outcomes import FAIL, FINDING, PASS, Check
 from conformance.record.results import make_result
 from conformance.record.wire import read_stream
-from conformance.run.checks.granularity import check_split_invariance, first_divergent_chunk, judged_with_stream_bug
+from conformance.run.checks.granularity import (
+    check_split_invariance,
+    first_divergent_chunk,
+    judged_merged_stream,
+    judged_with_stream_bug,
+    most_tokens_in_a_delta,
+)
 from conformance.run.driver import Target, request_body
-from conformance.run.engine import case_modes, run_async
+from conformance.run.engine import MERGED_STREAM_RESENDS, case_modes, run_async
 from tests.engine_helpers import case_directory, stream_transcript
 from tests.fake_server import chunk, fake_server, good_stream
 
@@ -203,3 +210,34 @@ def test_a_gate_shows_the_candidate_that_breaks_at_a_granularity_as_a_difference
     # whole: one delta after the role chunk holds the name and both fragments; the candidate loses one
     assert ("stream@whole", "stream_granularity") in kinds
     assert "several tokens per delta break hf's stream" in (tmp_path / "g" / "report.md").read_text()
+
+
+def test_a_one_token_stream_that_came_merged_is_sent_again_and_the_last_answer_is_recorded(cases, tmp_path):
+    """A busy server groups the tokens a slow reader has not taken: the case's reference stream is asked again."""
+    with fake_server(merges_one_token_streams=1) as server:
+        output = _run(cases, server, "hf", tmp_path / "run", grains=("2",))
+        one_token_asks = [body for body in server.requests if body.get("stream") and "stream_interval" not in body]
+    assert len(one_token_asks) == 2
+    results = {r.mode: r.outcome for r in output.results}
+    assert results == {"non-stream": "pass", "stream": "pass", "stream@2": "pass"}
+    [stream] = [t for t in output.transcripts if t.mode == "stream"]
+    assert stream.merged_resends == 1 and most_tokens_in_a_delta(stream) <= 1  # the fake names no token here
+    recorded = [json.loads(line) for line in (tmp_path / "run" / "transcripts.jsonl").read_text().splitlines()[1:]]
+    assert [t["merged_resends"] for t in recorded if t["mode"] == "stream"] == [1]
+
+
+def test_a_stream_still_merged_after_its_resends_is_judged_as_it_came_under_the_cases_declared_stream_bug(
+        cases, tmp_path, monkeypatch):
+    with fake_server(merges_one_token_streams=99, splits_badly=True) as server:
+        undeclared = _run(cases, server, "hf", tmp_path / "undeclared", grains=())
+        bug = StreamBug("hf", "forced", ("stream@3",), "the parser loses a fragment", "https://example.org/bug")
+        monkeypatch.setitem(FORMATS, DEFAULT_FORMAT.name, replace(DEFAULT_FORMAT, stream_bugs=(bug,)))
+        declared = _run(cases, server, "hf", tmp_path / "declared", grains=())
+    [merged] = [t for t in undeclared.transcripts if t.mode == "stream"]
+    assert merged.merged_resends == MERGED_STREAM_RESENDS and most_tokens_in_a_delta(merged) == 3
+    assert {r.mode: r.outcome for r in undeclared.results} == {"non-stream": "pass", "stream": "fail"}
+    stream = next(r for r in declared.results if r.mode == "stream")
+    assert stream.outcome == "pass"
+    known = next(c for c in stream.checks if c.name == "known_stream_bug")
+    assert known.kind == FINDING and "up to 3 tokens in a delta" in known.reason and "example.org/bug" in known.reason
+    assert judged_merged_stream([Check("expected_message", PASS)], bug, 3) == [Check("expected_message", PASS)]

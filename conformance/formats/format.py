@@ -79,10 +79,10 @@ class Format:
     deviations: tuple[Deviation, ...] = ()  # known server bugs on it, judged as strict xfails
     stream_bugs: tuple[StreamBug, ...] = ()  # known bugs at several tokens per delta, judged as strict xfails
 
-    def stream_bug(self, profile: str, case: str, mode: str) -> StreamBug | None:
-        """The declared stream bug of `profile` on `case` sent in `mode` (None: none)."""
+    def stream_bug(self, profile: str, case: str, mode: str | None) -> StreamBug | None:
+        """The declared stream bug of `profile` on `case` sent in `mode` (None: at any granularity; None: none)."""
         return next((bug for bug in self.stream_bugs if (bug.profile, bug.case) == (profile, case)
-                     and mode in bug.modes), None)
+                     and (mode is None or mode in bug.modes)), None)
 
     @property
     def end_tokens(self) -> tuple[str, ...]:

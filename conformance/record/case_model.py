@@ -16,6 +16,7 @@ Mode = str
 Endpoint = Literal["chat", "responses", "preflight"]
 
 MODES: tuple[Mode, ...] = ("non-stream", "stream")  # what a case names in `modes`
+ONE_TOKEN_STREAM: Mode = "stream"  # the reference of a case's granular streams
 PREFLIGHT_MODES: tuple[Mode, ...] = ("non-stream",)  # a preflight is one plain request
 GRANULAR_PREFIX = "stream@"
 # "whole": more tokens in one delta than any case generates (vLLM still sends the first token on its own)

@@ -73,6 +73,9 @@ class Transcript:
     # Forced requests: what the server's tokenizer says of the returned token ids (conformance.servers.forcing):
     # [] = exactly the forced text, every marker as its single token; None = could not be verified.
     forcing_problems: list[str] | None = None
+    # A one-token stream that came merged (several tokens in a delta: a busy server groups the outputs a slow
+    # reader has not taken yet) was sent again this many times (conformance.run.engine); this is the last answer.
+    merged_resends: int = 0
     # A second turn (conformance.run.second_turn): the prompts the server rendered, by what was rendered
     # ("sent", "reference", "reference_without_reasoning"; "sent_from"), or why they could not be read: the
     # server has no tokenizer endpoints (unavailable: not judged, named) or they failed (error: never a pass).

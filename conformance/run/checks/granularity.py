@@ -81,3 +81,26 @@ def judged_with_stream_bug(checks: Sequence[Check], bug: StreamBug) -> list[Chec
                                       f"stale: {cited}")]
     return [replace(check, kind=FINDING) if check.outcome == FAIL and check.kind in BLOCKING_KINDS else check
             for check in checks] + [Check("known_stream_bug", FAIL, FINDING, reason=f"a declared bug of the server: {cited}")]
+
+
+def most_tokens_in_a_delta(transcript: Transcript) -> int:
+    """The most generated tokens one chunk of a stream carried (the `token_ids` of its choice, which the
+    requests ask for with `return_token_ids`); 0 where no chunk names them."""
+    chunks = read_stream(transcript).chunks if transcript.sse else []
+    counts = [len(choice.get("token_ids") or ()) for chunk in chunks for choice in chunk.get("choices") or ()
+              if isinstance(choice, Mapping) and isinstance(choice.get("token_ids"), list)]
+    return max(counts, default=0)
+
+
+def judged_merged_stream(checks: Sequence[Check], bug: StreamBug, most_tokens: int) -> list[Check]:
+    """`checks` of a one-token stream that came merged all the same (up to `most_tokens` tokens in a delta, as a
+    busy server groups them) on a case whose split is a declared bug of the server: its blocking failures are
+    what the declaration says (findings under one `known_stream_bug` finding). Passing says nothing stale: a
+    merged delta need not cut where the bug bites; staleness is judged on the granular streams."""
+    if not any(check.outcome == FAIL and check.kind in BLOCKING_KINDS for check in checks):
+        return list(checks)
+    return [replace(check, kind=FINDING) if check.outcome == FAIL and check.kind in BLOCKING_KINDS else check
+            for check in checks] + [Check("known_stream_bug", FAIL, FINDING,
+                                          reason=f"the one-token stream came with up to {most_tokens} tokens in a "
+                                                 f"delta (the server grouped them under load), where a declared bug "
+                                                 f"of the server bites: {bug.reason} ({bug.link})")]
