@@ -379,3 +379,34 @@ def test_a_declared_refusal_is_a_finding_while_it_happens_and_stale_once_the_ser
     assert [(c.name, c.outcome, c.kind) for c in accepted] == [("known_refusal", FAIL, CONTRACT)]
     assert "stale" in accepted[0].reason
     assert judged_with_known_refusal([], _turn2(REFERENCE, ()), known) == []  # no reasoning sent: nothing declared
+
+
+def test_cases_with_a_second_turn_are_sent_first_so_their_turn_2_runs_beside_the_rest(tmp_path: Path) -> None:
+    import asyncio
+
+    from conformance.run.driver import Target
+    from conformance.run.engine import run_async
+    from tests.fake_server import fake_server
+
+    plain = """
+- id: plain-first
+  description: A case without a second turn, written before the looped one.
+  features: [tool_call]
+  request:
+    messages: [{role: user, content: plain}]
+    tools: [get_weather]
+  turn:
+    content: "It is sunny."
+"""
+    directory = tmp_path / "cases"
+    directory.mkdir()
+    (directory / "suite.yaml").write_text(WEATHER_TOOL + "cases:\n" + textwrap.indent(
+        textwrap.dedent(plain) + textwrap.dedent(LOOP_CASES).split("- id: garbled")[0], "  "))
+    (directory / "features.txt").write_text((Path(__file__).parents[1] / "cases" / "features.txt").read_text())
+    cases = load_suite(directory)
+    assert [case.id for case in cases] == ["plain-first", "looped"]
+    with fake_server() as server:
+        target = Target(base_url=server.base_url, model="fake", profile="hf", timeout=5, can_force=True)
+        asyncio.run(run_async(cases, target, None, concurrency=1, rebuilders={"reasoning": REASONING_REBUILDERS["reasoning"]}))
+        first_asked = [body["messages"][0]["content"] for body in server.requests if body.get("messages")]
+    assert first_asked[0] == "ok" and "plain" in first_asked  # the looped case's turn 1 before the plain case

@@ -311,7 +311,10 @@ async def run_async(
             recorded = await asyncio.gather(*(one(name, rebuild) for name, rebuild in rebuilders.items()))
             record_results(judge_group(case, {t.mode: t for t in recorded}, markers, allowed_skips))
 
-        tasks = [asyncio.ensure_future(one_case(case, r)) for r in range(repeat) for case in cases]
+        # Cases with a second turn first: their turn 2 (a client library, one rebuilder at a time) then runs
+        # beside the other cases' requests instead of after all of them (measured: an 11 s tail of a gate's 57 s).
+        ordered = sorted(cases, key=lambda case: not second_turn_modes(case, rebuilders))
+        tasks = [asyncio.ensure_future(one_case(case, r)) for r in range(repeat) for case in ordered]
         try:
             await asyncio.gather(*tasks)
         finally:  # on a failure (say, a full disk), stop the other requests before closing what they write to
