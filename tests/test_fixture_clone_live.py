@@ -65,3 +65,28 @@ def test_a_shipped_formats_clone_is_gated_with_the_legacy_parsers_as_baseline_ar
         assert {(r["case_id"], r["mode"]): r["outcome"] for r in results} == {
             (case, mode): "pass" for case in ("turn-reasoning-then-call", "turn-two-calls")
             for mode in ("non-stream", "stream")}, (side, [r["checks"] for r in results if r["outcome"] != "pass"])
+
+
+def test_the_clone_of_a_format_without_a_record_is_gated_in_its_own_format(tmp_path: Path) -> None:
+    """No --format: the gate reads the clone's own format, renders the turn cases in its delimiters and judges both
+    sides against its own parse (the baseline's parsers, unknown to any record, given as --baseline-args)."""
+    assert main(["fixture", "build", str(tmp_path / "clone"), "--from", str(INVENTED)]) == exit_codes.OK
+    cases = ("turn-reasoning-then-call", "turn-two-calls", "turn-content")
+    code = main(["gate", "--model", str(tmp_path / "clone"),
+                 "--baseline-args", "--enable-auto-tool-choice --tool-call-parser hf --reasoning-parser hf",
+                 *(arg for case in cases for arg in ("--case", case)), "--granularities", "none",
+                 "--second-turn", "none", "--no-expect", "--out", str(tmp_path / "gate")])
+    gate = json.loads((tmp_path / "gate" / "gate.json").read_text())
+    # a verdict on the differences (the legacy profile's stream shapes are not the hf profile's), none of them a
+    # case failing under the candidate
+    assert code in (exit_codes.OK, exit_codes.FAILED) and gate["verdict"]["newly_failing"] == 0, gate["verdict"]
+    for side in ("baseline", "candidate"):
+        assert gate["sides"][side]["stamp"]["response_format"] == "checkpoint:clone"
+        transcripts = [json.loads(line) for line in (tmp_path / "gate" / side / "transcripts.jsonl").read_text()
+                       .splitlines()[1:]]
+        forced = {t["case_id"]: t["forced_text"] for t in transcripts}
+        assert forced["turn-two-calls"].startswith("<reason>") and "<calls>[" in forced["turn-two-calls"], forced
+        results = [json.loads(line) for line in (tmp_path / "gate" / side / "results.jsonl").read_text().splitlines()[1:]]
+        assert {(r["case_id"], r["mode"]): r["outcome"] for r in results} == {
+            (case, mode): "pass" for case in cases for mode in ("non-stream", "stream")}, (
+            side, [r["checks"] for r in results if r["outcome"] != "pass"])

@@ -13,7 +13,7 @@ from typing import Any
 
 from conformance.audit import hub
 from conformance.audit.checkpoint_list import CheckpointEntry, revision_warning
-from conformance.audit.known_formats import format_of_chat_template, known_format_finding
+from conformance.audit.known_formats import known_format_finding
 from conformance.audit.predictors.predictor import Predictor
 from conformance.audit.predictors.registry import PREDICTOR_BY_KEY, PREDICTORS
 from conformance.audit.predictors.vllm_032 import CONFIGURATIONS, StartupVerdict
@@ -21,6 +21,7 @@ from conformance.audit.roundtrip.roundtrip import chat_template_of
 from conformance.audit.template_rules import Finding, TemplateAnalysis, TemplateAnalysisTimeout, TemplateTooExpensive
 from conformance.audit.template_worker import analyze_template
 from conformance.formats import checkpoint_files
+from conformance.formats.checkpoint_format import record_of_chat_template
 from conformance.formats.registry import FORMATS
 
 OK = checkpoint_files.OK
@@ -117,7 +118,7 @@ def _analyze(audit: CheckpointAudit, tokenizer_config: dict) -> CheckpointAudit:
         chat_template = chat_template_of(tokenizer_config, audit.file_paths)
     except checkpoint_files.FetchError:  # a chat template file that cannot be read names no format
         chat_template = None
-    if (form := format_of_chat_template(chat_template)) is not None:
+    if (form := record_of_chat_template(chat_template)) is not None:
         audit.known_format = form.name
     try:
         audit.template = analyze_template(tokenizer_config, model_type=audit.model_type)

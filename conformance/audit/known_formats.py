@@ -3,7 +3,7 @@
 Of the families people serve, only Gemma 4 ships `response_template` in its checkpoints; Qwen, GLM and
 gpt-oss checkpoints carry none, and the templates TRL vendors for them name reasoning `reasoning_content`,
 which vLLM 0.32 refuses. A checkpoint's chat template that is, byte for byte but for surrounding whitespace,
-the chat template of a shipped format record (`conformance.formats.registry`: templates copied verbatim
+the chat template of a shipped format record (`conformance.formats.checkpoint_format.record_of_chat_template`: templates copied verbatim
 from the published checkpoints, as TRL keeps them for identity matching) names the format; when the
 checkpoint has no response_template, or one vLLM 0.32 refuses, the format's own is the one to add
 (`conformance audit --local DIR --write-template FILE`).
@@ -17,17 +17,8 @@ from typing import Any
 
 from conformance.audit.template_rules import Finding
 from conformance.formats.format import Format
-from conformance.formats.registry import FORMATS
 
 TEMPLATE_KEY = "response_template"
-
-
-def format_of_chat_template(chat_template: str | None) -> Format | None:
-    """The shipped format whose chat template this is (None: none, or no chat template)."""
-    if not isinstance(chat_template, str):
-        return None
-    return next((form for form in FORMATS.values()
-                 if form.chat_template is not None and form.chat_template.strip() == chat_template.strip()), None)
 
 
 def known_format_finding(form: Format) -> Finding:

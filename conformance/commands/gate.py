@@ -23,7 +23,8 @@ from conformance.commands import (
     second_turn_rebuilders,
     timeout_problem,
 )
-from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
+from conformance.formats.checkpoint_format import served_format
+from conformance.formats.registry import DEFAULT_FORMAT, FORMATS, format_named
 from conformance.formats.tiny_checkpoint import VARIANTS
 from conformance.record.case_model import DEFAULT_GRANULARITIES
 from conformance.run.driver import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT, FORCING_CHOICES, FORCING_HELP, forcing_fields
@@ -106,11 +107,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         gate.add_argument(f"--{side}-api-key-env", metavar="NAME",
                           help=f"environment variable holding the {side}'s API key (a key stays off the command line)")
     gate.add_argument("--forcing", choices=FORCING_CHOICES, default="probe", help=FORCING_HELP + " (per side)")
-    gate.add_argument("--format", default=DEFAULT_FORMAT.name, choices=sorted(FORMATS), metavar="NAME",
-                      help=f"the response format both sides' checkpoint writes (default: {DEFAULT_FORMAT.name}; "
-                           "`conformance formats` lists them): launched sides serve its tiny checkpoint, the legacy "
-                           "profile with the format's own parsers; format-independent cases are rendered in it and "
-                           "judged against its own parse, cases written in another format are skipped")
+    gate.add_argument("--format", choices=sorted(FORMATS), metavar="NAME",
+                      help=f"the response format both sides' checkpoint writes (default: a --model directory's own, "
+                           f"else {DEFAULT_FORMAT.name}; `conformance formats` lists them): launched sides serve its "
+                           "tiny checkpoint, the legacy profile with the format's own parsers; format-independent "
+                           "cases are rendered in it and judged against its own parse, cases written in another "
+                           "format are skipped")
     gate.add_argument("--fixture-variant", choices=VARIANTS, metavar="NAME",
                       help="the tiny checkpoint's variant both sides serve (launched: built and served; URLs: as told; "
                            "default: each profile record's); cases that need another are skipped on both sides")
@@ -222,7 +224,6 @@ def _run_compare(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     from conformance.compare.expectations import ExpectationsError
     from conformance.compare.gate import build_gate
     from conformance.compare.rejudge import UnsupportedResults
-    from conformance.formats.registry import format_named
     from conformance.record.run_dir import read_run_dir
     from conformance.record.transcript import TranscriptError
     from conformance.servers.profiles import upgrade_recording
@@ -301,9 +302,14 @@ def _run_gate(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     from conformance.compare.expectations import ExpectationsError
     from conformance.run.engine import select_cases
     from conformance.run.gate_sides import GateSide
-    from conformance.servers.profiles import launchable_profiles
+    from conformance.servers.profiles import launchable_profiles, speaks_format_parsers
     from conformance.suite.cases import CaseFileError, load_features, load_suite
 
+    try:
+        form = served_format(args.format, args.model)
+    except ValueError as exc:  # a checkpoint's files that cannot be read
+        return _error("gate", f"--model: {exc}")
+    args.format = form.name
     sides = []
     for name in ("baseline", "candidate"):
         target, model, profile = (getattr(args, f"{name}{suffix}") for suffix in ("", "_model", "_profile"))
@@ -325,6 +331,11 @@ def _run_gate(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
                 extra_args = tuple(shlex.split(getattr(args, f"{name}_args")))
             except ValueError as exc:
                 return _error("gate", f"--{name}-args: {exc}")
+            if form.checkpoint is not None and not extra_args and speaks_format_parsers(target):
+                return _error("gate", f"--{name} {target}: its parsers are the format's own, and the {form.name} "
+                              "format has no record to name them: give them with "
+                              f"--{name}-args \"--tool-call-parser P --reasoning-parser R\" (or --format NAME "
+                              "when the checkpoint is of a family `conformance formats` lists)")
             sides.append(GateSide(name, target, fixture_variant=args.fixture_variant, api_key=api_key,
                                   format=args.format, extra_args=extra_args))
         else:
@@ -339,7 +350,7 @@ def _run_gate(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
         unknown = sorted(set(args.feature) - set(load_features(args.cases)))
         if unknown:
             return _error("gate", f"unknown feature tag(s): {', '.join(unknown)}")
-        cases = select_cases(load_suite(args.cases, FORMATS[args.format]), args.case, args.feature)
+        cases = select_cases(load_suite(args.cases, form), args.case, args.feature)
         entries, source = _expectations(args, (sides[0].profile, sides[1].profile) if launched else None, args.format)
     except (CaseFileError, ExpectationsError, ValueError) as exc:
         return _error("gate", str(exc))
@@ -366,8 +377,10 @@ def _gate_into(out_dir: Path, args: argparse.Namespace, sides: list[Any], cases:
     from conformance.run.gate_sides import DEFAULT_ORIGIN, GateSetupError, SideRefused, run_gate_sides, targets_for
 
     sides = _with_checkpoints(args, out_dir, sides)
-    print(f"gate: {sides[0].profile} -> {sides[1].profile} on the {sides[0].format} format, {len(cases)} cases; "
-          f"writing to {out_dir}", file=sys.stderr)
+    read_from = format_named(args.format).checkpoint
+    print(f"gate: {sides[0].profile} -> {sides[1].profile} on the {sides[0].format} format"
+          f"{f' (read from {read_from}: no shipped record has its chat template)' if read_from else ''}, "
+          f"{len(cases)} cases; writing to {out_dir}", file=sys.stderr)
     print(f"expectations: {source['file'] or 'none'} ({source['note']})", file=sys.stderr)
     signal.signal(signal.SIGTERM, exit_codes.raise_terminated)  # unwind as on Ctrl-C: launched servers are stopped
     try:
@@ -451,7 +464,7 @@ def _with_checkpoints(args: argparse.Namespace, out_dir: Path, sides: list[Any])
             variant = served_variant(side.profile, side.fixture_variant)
             if variant not in built:
                 folder = build_fixture(out_dir / ("checkpoint" if variant == "full" else f"checkpoint-{variant}"), variant,
-                                   FORMATS[side.format])
+                                   format_named(side.format))
                 built[variant] = (folder, _directory_digest(folder))
             side = replace(side, checkpoint=built[variant][0], checkpoint_revision=built[variant][1])
         with_checkpoints.append(_with_parsers(side) if side.base_url is None else side)
@@ -466,7 +479,7 @@ def _with_parsers(side: Any) -> Any:
     from conformance.audit.launch_parsers import chosen_parsers
     from conformance.servers.profiles import served_profile
 
-    choice = chosen_parsers(served_profile(side.profile, FORMATS[side.format]), side.checkpoint)
+    choice = chosen_parsers(served_profile(side.profile, format_named(side.format)), side.checkpoint)
     if choice.message:
         print(visible(f"gate: {side.name} {side.profile}: {choice.message}"), file=sys.stderr)
     return replace(side, launch_flags=choice.flags, launch_note=choice.note)

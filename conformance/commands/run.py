@@ -23,7 +23,8 @@ from conformance.commands import (
     second_turn_rebuilders,
     timeout_problem,
 )
-from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
+from conformance.formats.checkpoint_format import served_format
+from conformance.formats.registry import DEFAULT_FORMAT, FORMATS, format_named
 from conformance.formats.tiny_checkpoint import VARIANTS
 from conformance.record.outcomes import SKIP_KINDS
 from conformance.run.driver import (
@@ -66,7 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--base-url", metavar="URL", help="server to attach to, ending in /v1 (needs --model and --profile; "
                        "default: $OPENAI_BASE_URL when --launch is not given either)")
     where.add_argument("--launch", metavar="PROFILE", help="build the tiny checkpoint and start real vLLM with PROFILE")
-    parser.add_argument("--model", metavar="NAME", help="model name the server serves (with --base-url)")
+    parser.add_argument("--model", metavar="NAME", help="model name the server serves (with --base-url); with "
+                        "--launch, the checkpoint directory to serve instead of the tiny checkpoint")
     parser.add_argument("--profile", metavar="NAME", help="profile whose expectations apply (default: the --launch profile)")
     parser.add_argument("--cases", type=Path, metavar="DIR", help="case directory (default: the shipped cases/)")
     add_out_arguments(parser, "reports/run-<time>")
@@ -95,9 +97,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--checkpoint", type=Path, metavar="DIR",
                         help="local checkpoint directory: its response_template gives the markers checked for leaks")
     parser.add_argument("--checkpoint-revision", metavar="REV", help="revision recorded in the reports")
-    parser.add_argument("--format", default=DEFAULT_FORMAT.name, choices=sorted(FORMATS), metavar="NAME",
-                        help="the response format the server's checkpoint writes (default: "
-                             f"{DEFAULT_FORMAT.name}; `conformance formats` lists them): --launch builds and serves "
+    parser.add_argument("--format", choices=sorted(FORMATS), metavar="NAME",
+                        help="the response format the server's checkpoint writes (default: the --launch --model or "
+                             f"--checkpoint directory's own, else {DEFAULT_FORMAT.name}; `conformance formats` lists "
+                             "them): --launch builds and serves "
                              "its tiny checkpoint (the legacy profile with the format's own parsers); format-"
                              "independent cases are rendered in it, cases written in another are skipped")
     parser.add_argument("--fixture-variant", choices=VARIANTS, metavar="NAME",
@@ -120,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     from conformance.formats.markers import CheckpointError
     from conformance.run.engine import known_profiles, select_cases
+    from conformance.servers.profiles import speaks_format_parsers
     from conformance.suite.cases import CaseFileError, load_features, load_suite
 
     if not (args.base_url or args.launch):
@@ -148,10 +152,20 @@ def _run(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     if args.repeat < 1 or args.concurrency < 1 or args.max_line_bytes < 1:
         return _usage_error("--repeat, --concurrency and --max-line-bytes must be at least 1")
     try:
+        form = served_format(args.format, args.model if args.launch else args.checkpoint)
+    except ValueError as exc:  # a checkpoint's files that cannot be read
+        return _usage_error(str(exc))
+    args.format = form.name
+    if args.launch and form.checkpoint is not None and speaks_format_parsers(args.launch):
+        return _usage_error(f"--launch {args.launch}: its parsers are the format's own, and the {form.name} format "
+                            "has no record to name them: launch a profile whose parsers read the checkpoint (hf), "
+                            "gate it with --baseline-args \"--tool-call-parser P --reasoning-parser R\", or give "
+                            "--format NAME when the checkpoint is of a family `conformance formats` lists")
+    try:
         unknown_features = sorted(set(args.feature) - set(load_features(args.cases)))
         if unknown_features:
             return _usage_error(f"unknown feature tag(s): {', '.join(unknown_features)} (see cases/features.txt)")
-        suite = load_suite(args.cases, FORMATS[args.format])
+        suite = load_suite(args.cases, form)
         cases = select_cases(suite, args.case, args.feature)
     except (CaseFileError, ValueError) as exc:
         return _usage_error(str(exc))
@@ -253,7 +267,7 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
     from conformance.formats.markers import markers_for_checkpoint
     from conformance.run.driver import Target, target_of
 
-    form = FORMATS[args.format]
+    form = format_named(args.format)
     if args.base_url:
         yield Target(
             base_url=args.base_url, model=args.model, profile=args.profile, api_key=args.api_key,
@@ -267,7 +281,8 @@ def _target(args: argparse.Namespace, out_dir: Path) -> Iterator[tuple[Any, tupl
 
     variant = served_variant(args.launch, args.fixture_variant)
     try:
-        checkpoint = build_fixture(out_dir / "checkpoint", variant=variant, form=form)
+        checkpoint = Path(args.model) if args.model else build_fixture(out_dir / "checkpoint", variant=variant,
+                                                                       form=form)
     except ValueError as exc:  # a variant the format has not
         raise TargetError(f"the {form.name} tiny checkpoint: {exc}") from exc
     record = served_profile(args.launch, form)

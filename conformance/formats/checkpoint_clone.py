@@ -66,9 +66,20 @@ def source_files(directory: Path) -> dict[str, Path]:
             or (directory / name).is_symlink()}
 
 
-def clone_checkpoint(files: Mapping[str, Path], directory: Path, source: str) -> Clone:
-    """Write the tiny clone of the checkpoint whose files (name -> path) are `files` into `directory`;
-    `source` names the checkpoint in messages. CloneInputError for a source that cannot be read."""
+@dataclass
+class Source:
+    """What a checkpoint's files say of its format: the record (`form`, named "clone"), its response_template
+    as written, the tokenizer settings a clone keeps and what it could not keep (`notes`)."""
+
+    form: Format
+    response_template: dict[str, Any] | None
+    settings: dict[str, Any]
+    notes: list[str]
+
+
+def read_source(files: Mapping[str, Path], source: str) -> Source:
+    """The format of the checkpoint whose files (name -> path) are `files`; `source` names the checkpoint in
+    messages. CloneInputError for a source that cannot be read."""
     if TOKENIZER_CONFIG not in files:
         raise CloneInputError(f"{source}: no {TOKENIZER_CONFIG}")
     config = _read(lambda: read_tokenizer_config(files[TOKENIZER_CONFIG]), source)
@@ -108,10 +119,19 @@ def clone_checkpoint(files: Mapping[str, Path], directory: Path, source: str) ->
         settings["chat_template"] = chat_templates
     if chat_templates is None:
         notes.append("the source has no chat template: neither has the clone (chat requests need one)")
-    build_checkpoint(directory, form, response_template, settings)
-    if response_template is not None:
-        _keep_key_order(Path(directory) / TOKENIZER_CONFIG, response_template)
-    return Clone(Path(directory), form.special_tokens, form.delimiter_tokens, form.stop_tokens, model_type, notes)
+    return Source(form, response_template, settings, notes)
+
+
+def clone_checkpoint(files: Mapping[str, Path], directory: Path, source: str) -> Clone:
+    """Write the tiny clone of the checkpoint whose files (name -> path) are `files` into `directory`;
+    `source` names the checkpoint in messages. CloneInputError for a source that cannot be read."""
+    read = read_source(files, source)
+    form = read.form
+    build_checkpoint(directory, form, read.response_template, read.settings)
+    if read.response_template is not None:
+        _keep_key_order(Path(directory) / TOKENIZER_CONFIG, read.response_template)
+    return Clone(Path(directory), form.special_tokens, form.delimiter_tokens, form.stop_tokens, form.model_type,
+                 read.notes)
 
 
 def _keep_key_order(path: Path, response_template: dict) -> None:

@@ -78,6 +78,9 @@ class Format:
     sample_raw: str | None = None  # an assistant turn in the format: reasoning and two tool calls
     deviations: tuple[Deviation, ...] = ()  # known server bugs on it, judged as strict xfails
     stream_bugs: tuple[StreamBug, ...] = ()  # known bugs at several tokens per delta, judged as strict xfails
+    # The checkpoint directory the record was read from (`checkpoint_format`): its templates are untrusted,
+    # rendered bounded; None: a shipped record
+    checkpoint: str | None = None
 
     def stream_bug(self, profile: str, case: str, mode: str | None) -> StreamBug | None:
         """The declared stream bug of `profile` on `case` sent in `mode` (None: at any granularity; None: none)."""

@@ -32,7 +32,7 @@ def template_markers(response_template: Mapping[str, Any] | None) -> tuple[str, 
         for key in ("open", "close", "open_pattern", "close_pattern"):
             values = spec.get(key)
             for value in [values] if isinstance(values, str) else values or []:
-                literal = _pattern_literal(value) if key.endswith("_pattern") else value
+                literal = pattern_literal(value) if key.endswith("_pattern") else value
                 if isinstance(literal, str) and literal.strip() and literal not in markers:
                     markers.append(literal)
     return tuple(markers)
@@ -41,7 +41,7 @@ def template_markers(response_template: Mapping[str, Any] | None) -> tuple[str, 
 _REGEX_METACHARACTERS = set("()[]{}|?*+^$.")
 
 
-def _pattern_literal(pattern: Any) -> str | None:
+def pattern_literal(pattern: Any) -> str | None:
     """The literal a regex matches once optional leading/trailing whitespace is set aside, or None."""
     if not isinstance(pattern, str):
         return None

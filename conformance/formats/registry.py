@@ -9,6 +9,13 @@ from conformance.formats.qwen3_hermes import QWEN3_HERMES
 
 FORMATS: dict[str, Format] = {record.name: record for record in (QWEN3_HERMES, *shipped_formats())}
 DEFAULT_FORMAT = QWEN3_HERMES
+# formats read from a checkpoint directory this process serves (`checkpoint_format`), by name
+_CHECKPOINT_FORMATS: dict[str, Format] = {}
+
+
+def register_checkpoint_format(form: Format) -> None:
+    """Make the format read from a checkpoint known by its name (`checkpoint:<dirname>`) for this process."""
+    _CHECKPOINT_FORMATS[form.name] = form
 
 
 def format_named(name: str | None) -> Format:
@@ -17,6 +24,7 @@ def format_named(name: str | None) -> Format:
     if name is None:
         return DEFAULT_FORMAT
     try:
-        return FORMATS[name]
+        return FORMATS[name] if name in FORMATS else _CHECKPOINT_FORMATS[name]
     except KeyError:
-        raise ValueError(f"unknown response format {name!r} (known: {', '.join(FORMATS)})") from None
+        raise ValueError(f"unknown response format {name!r} (known: {', '.join(FORMATS)}; a checkpoint's own is "
+                         "known to the process that read it)") from None

@@ -147,6 +147,9 @@ class Expectation:
     # A known bug of the server, declared on the format (its reason and link): `message` is the deviating
     # answer, so the case fails as stale once the server answers the format's parse again.
     deviation: str | None = None
+    # How a format-independent case's text was written: by the format's `chat_template`, or (its fallback)
+    # from its `response_template`'s own delimiters; None: a case with a raw forced text
+    rendered_with: Literal["chat_template", "response_template"] | None = None
 
     def for_mode(self, mode: Mode) -> Expectation:
         """The expectation in `mode`, with the stream overrides applied for a stream (any granularity)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.formats.markers import DEFAULT_MARKERS
-from conformance.formats.registry import FORMATS
+from conformance.formats.registry import format_named
 from conformance.record.case_model import (
     MODES,
     ONE_TOKEN_STREAM,
@@ -142,7 +142,7 @@ def judge_group(case: Case, by_mode: dict[str, Transcript], markers: Sequence[st
                 checks = judge_second_turn(case, transcript, markers)
             else:
                 checks = judge(case, transcript, companion=companion, markers=markers, one_token_stream=one_token_stream)
-            if bug := FORMATS[format_of(case)].stream_bug(transcript.profile, case.id, mode):
+            if bug := format_named(format_of(case)).stream_bug(transcript.profile, case.id, mode):
                 checks = judged_with_stream_bug(checks, bug)
             elif mode == ONE_TOKEN_STREAM and (most := most_tokens_in_a_delta(transcript)) > 1 and (
                     bug := FORMATS[format_of(case)].stream_bug(transcript.profile, case.id, None)):
@@ -255,7 +255,7 @@ async def run_async(
                 if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
                     # tokenizer(): a server's is made here, without I/O; a checkpoint's by request_fields, in a thread
                     transcript.forcing_problems = await verify_within(
-                        target.timeout, method.verify(tokenizer(), case, transcript, FORMATS[target.format].marker_tokens))
+                        target.timeout, method.verify(tokenizer(), case, transcript, format_named(target.format).marker_tokens))
             transcripts.append(transcript)
             if writers:
                 writers[0].write(transcript.to_dict())
@@ -294,7 +294,7 @@ async def run_async(
                                 lambda sent: forcing_for(sent, target, natural, tokenizer),  # keyed on its prompt
                                 renderer, lambda sent, transcript: verify_within(
                                     target.timeout,
-                                    method.verify(tokenizer(), sent, transcript, FORMATS[target.format].marker_tokens)))
+                                    method.verify(tokenizer(), sent, transcript, format_named(target.format).marker_tokens)))
 
             async def one(name: str, rebuild: TurnRebuilder) -> Transcript:
                 if not_sent is not None:  # set whenever there is no job

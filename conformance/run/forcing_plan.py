@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
+from conformance.formats.registry import DEFAULT_FORMAT, format_named
 from conformance.record.case_model import Case
 from conformance.record.outcomes import SkipKind
 from conformance.run.driver import Target
@@ -93,7 +93,7 @@ async def resolve_forcing(target: Target, cases: Sequence[Case], natural: bool) 
     method = profile_record(target.profile).forcing
     try:  # the probe and its verification, within --timeout
         async with asyncio.timeout(target.timeout):
-            served = FORMATS[target.format]
+            served = format_named(target.format)
             await method.probe(target.root_url, target.model, target.timeout, target.api_key,
                                text=served.probe_text, markers=served.marker_tokens)
     except ForcingUnsupported as exc:

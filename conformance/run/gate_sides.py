@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.formats.markers import markers_for_checkpoint
-from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
+from conformance.formats.registry import DEFAULT_FORMAT, format_named
 from conformance.record.case_model import PREFLIGHT_MODES, Case
 from conformance.record.run_dir import Recording
 from conformance.record.stamp import make_stamp
@@ -74,7 +74,7 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
         if side.base_url is not None:
             continue
         try:
-            launched[side.name] = start(served_profile(side.profile, FORMATS[side.format], side.launch_flags),
+            launched[side.name] = start(served_profile(side.profile, format_named(side.format), side.launch_flags),
                                         side.checkpoint, extra_args=side.extra_args, log_dir=out_dir / side.name)
         except BaseException as exc:  # a later side's set-up failed: the servers already started go too
             for process in launched.values():
@@ -118,7 +118,7 @@ def targets_for(sides: Sequence[GateSide], out_dir: Path, *, api_key: str, timeo
             server = servers.get(side.name)
             target = _target(side, server, {"api_key": api_key, "timeout": timeout, **forcing})
             local = server is not None and side.checkpoint is not None and Path(side.checkpoint).is_dir()  # else a repo id
-            markers = markers_for_checkpoint(Path(side.checkpoint) if local else None, FORMATS[side.format])
+            markers = markers_for_checkpoint(Path(side.checkpoint) if local else None, format_named(side.format))
             runs.append(SideRun(side, target, markers, round(server.startup_seconds, 1) if server else None))
         yield runs, release
     finally:

@@ -67,6 +67,12 @@ def served_profile(name: str, form: Format, flags: tuple[str, ...] | None = None
     return replace(record, launch=launch)
 
 
+def speaks_format_parsers(name: str) -> bool:
+    """Whether launched profile `name`'s parsers are the served format's own (`Launch.format_parsers`: legacy)."""
+    launch = resolve_profile(name).launch
+    return launch is not None and launch.format_parsers
+
+
 def served_variant(name: str, told: str | None = None) -> str:
     """The tiny checkpoint's variant a server of profile `name` serves: as told, else its record's."""
     return told or profile_record(name).fixture_variant

@@ -20,10 +20,11 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from conformance.formats.format import Deviation, Format
 from conformance.formats.registry import DEFAULT_FORMAT
+from conformance.formats.template_turn import REASONING_FIELDS, Unwritable, written_by_template
 from conformance.formats.turn_text import RenderError, Subject, parse_whole, render, render_turn
 from conformance.record.case_model import (
     MESSAGE_FIELDS,
@@ -34,8 +35,12 @@ from conformance.record.case_model import (
     SecondTurn,
     build_message,
 )
+from conformance.util.bounded_worker import BoundedWorker, CallFailed, CallTimeout, CallTooExpensive
 
-REASONING_FIELDS = ("thinking", "reasoning_content", "reasoning")
+RENDER_TIMEOUT_S = 10.0  # one case of a checkpoint's own chat template (a warm worker renders one in milliseconds)
+RENDER_MEMORY_BYTES = 2 * 1024 * 1024 * 1024
+BOUNDED_FAILURES_TO_GIVE_UP = 3  # in a row, nothing rendered yet: the template renders nothing within bounds
+RENDER_WORKER = BoundedWorker(RENDER_MEMORY_BYTES)
 
 
 def subject_of_format(form: Format) -> Subject | None:
@@ -48,10 +53,51 @@ def subject_of_format(form: Format) -> Subject | None:
 
 
 def in_format(cases: Iterable[Case], form: Format) -> list[Case]:
-    """The cases as a run on a checkpoint of `form` sends them: each turn case rendered, the rest as written."""
+    """The cases as a run on a checkpoint of `form` sends them: each turn case rendered, the rest as written.
+    A checkpoint's own templates (`form.checkpoint`) are rendered in a worker bounded in time and memory."""
     subject = subject_of_format(form)
-    return [rendered(case, form, subject) if case.turn is not None else
-            with_second_turn(case, form, subject) if case.second_turn is not None else case for case in cases]
+    if form.checkpoint is not None:
+        return _bounded_in_format(list(cases), form, subject)
+    return [one_in_format(case, form, subject) for case in cases]
+
+
+def one_in_format(case: Case, form: Format, subject: Subject | None) -> Case:
+    """One case as a run on a checkpoint of `form` sends it."""
+    return (rendered(case, form, subject) if case.turn is not None else
+            with_second_turn(case, form, subject) if case.second_turn is not None else case)
+
+
+def _bounded_in_format(cases: list[Case], form: Format, subject: Subject | None) -> list[Case]:
+    """`one_in_format` of each turn case in RENDER_WORKER: a case whose rendering overruns its bounds is a skip
+    saying so; ValueError naming the checkpoint when the first few overrun and none rendered."""
+    done, failures, rendered_any = [], 0, False
+    for case in cases:
+        if case.turn is None:  # written in a shipped format: never rendered in a checkpoint's own
+            done.append(one_in_format(case, form, subject))
+            continue
+        try:
+            done.append(RENDER_WORKER.call("conformance.suite.format_cases:one_in_format", (case, form, subject),
+                                           RENDER_TIMEOUT_S))
+            rendered_any = True
+            continue
+        except CallTimeout as exc:
+            why = f"rendering it with the checkpoint's chat template {exc}"
+        except CallTooExpensive as exc:
+            why = f"rendering it with the checkpoint's chat template needed {exc}"
+        except CallFailed as exc:
+            why = f"rendering it failed: {exc}"
+        failures += 1
+        if not rendered_any and failures >= BOUNDED_FAILURES_TO_GIVE_UP:
+            raise ValueError(f"{form.checkpoint}: chat_template: no format-independent case renders within "
+                             f"bounds ({why})")
+        done.append(_skipped(case, f"the {form.name} format cannot express this turn: {why}"))
+    return done
+
+
+def _skipped(case: Case, why: str) -> Case:
+    skip = Expectation(skip=why)
+    second = case.second_turn and replace(case.second_turn, force=None, reference=skip)
+    return replace(case, force=None, reference=skip, second_turn=second)
 
 
 def with_second_turn(case: Case, form: Format, subject: Subject | None) -> Case:
@@ -73,9 +119,7 @@ def rendered(case: Case, form: Format, subject: Subject | None) -> Case:
     try:
         raw, reference = _raw_and_reference(case, form, subject)
     except Inexpressible as exc:
-        skip = Expectation(skip=f"the {form.name} format cannot express this turn: {exc}")
-        second = case.second_turn and replace(case.second_turn, force=None, reference=skip)
-        return replace(case, force=None, format=form.name, reference=skip, second_turn=second)
+        return replace(_skipped(case, f"the {form.name} format cannot express this turn: {exc}"), format=form.name)
     second = case.second_turn and _second_turn_in(case, reference, form, subject)
     return replace(case, force=raw, format=form.name, reference=reference,
                    expect={**case.expect, **deviations(case.id, form, reference)}, second_turn=second)
@@ -129,37 +173,64 @@ def _second_turn_in(case: Case, first: Expectation | None, form: Format, subject
 
 def _raw_and_reference(case: Case, form: Format, subject: Subject | None) -> tuple[str, Expectation]:
     """The text the format's model writes for the case's turn (its delimiters filled in, its shape applied),
-    and what the format means by it."""
+    and what the format means by it: written by its chat template, else (a checkpoint's own format) from its
+    response_template's delimiters."""
     assert case.turn is not None
     if (why := _cannot_express(case.turn, form, subject)) is not None:
         raise Inexpressible(why)
     assert subject is not None
     texts = delimiter_texts(form)
+    way: Literal["chat_template", "response_template"] = "chat_template"
+    try:
+        raw, parsed = _written(case, subject, texts, way)
+    except Inexpressible as exc:
+        if form.checkpoint is None:
+            raise
+        way = "response_template"
+        try:
+            raw, parsed = _written(case, subject, texts, way)
+        except Inexpressible as fallback:
+            raise Inexpressible(f"{exc}; nor can its response_template's delimiters write it: {fallback}") from None
+    if case.shape is not None:
+        raw = SHAPES[case.shape](raw, texts)
+        parsed = _parsed(case, subject, raw)
+    return raw, replace(reference_of(parsed), rendered_with=way)
+
+
+def _written(case: Case, subject: Subject, texts: Mapping[str, str],
+             way: Literal["chat_template", "response_template"]) -> tuple[str, dict[str, Any]]:
+    """The case's turn written `way`, and its parse."""
+    assert case.turn is not None
     turn = with_delimiters(case.turn, texts)
     # the round trip holds the format's two templates together on the plain turn (its delimiters as plain
     # text, not cut); what the format makes of the delimiters or of the cut is then the reference
     plain = with_delimiters(case.turn, dict.fromkeys(texts, "x"))
-    raw, parsed = _render_and_parse(case, subject, plain)
+    raw, parsed = _render_and_parse(case, subject, plain, way)
     if (lost := round_trip_loss(plain, reference_of(parsed))) is not None:
-        raise Inexpressible(f"its two templates disagree: the chat template writes {raw!r} and the "
+        writer = "the chat template" if way == "chat_template" else "the fallback"
+        raise Inexpressible(f"its two templates disagree: {writer} writes {raw!r} and the "
                             f"response_template parses {lost}")
     if turn is not plain:
-        raw, parsed = _render_and_parse(case, subject, turn)
-    if case.shape is not None:
-        raw = SHAPES[case.shape](raw, texts)
-        parsed = _parsed(case, subject, raw)
-    return raw, reference_of(parsed)
+        raw, parsed = _render_and_parse(case, subject, turn, way)
+    return raw, parsed
 
 
-def _render_and_parse(case: Case, subject: Subject, turn: ExpectedMessage) -> tuple[str, dict[str, Any]]:
-    """The turn rendered after the case's conversation, and the format's parse of it."""
-    try:
-        _, raw = render_turn(subject, case.request.get("tools") or [], assistant_message(turn),
-                             list(case.request["messages"]))
-    except RenderError as exc:
-        raise Inexpressible(f"its chat template cannot render the turn: {exc}") from exc
+def _render_and_parse(case: Case, subject: Subject, turn: ExpectedMessage,
+                      way: Literal["chat_template", "response_template"]) -> tuple[str, dict[str, Any]]:
+    """The turn written `way` after the case's conversation, and the format's parse of it."""
+    if way == "response_template":
+        try:
+            raw = written_by_template(subject.response_template, assistant_message(turn))
+        except Unwritable as exc:
+            raise Inexpressible(str(exc)) from exc
+    else:
+        try:
+            _, raw = render_turn(subject, case.request.get("tools") or [], assistant_message(turn),
+                                 list(case.request["messages"]))
+        except RenderError as exc:
+            raise Inexpressible(f"its chat template cannot render the turn: {exc}") from exc
     if not raw:
-        raise Inexpressible("its chat template renders the turn as no text at all")
+        raise Inexpressible(f"its {way} writes the turn as no text at all")
     return raw, _parsed(case, subject, raw)
 
 
