@@ -145,7 +145,7 @@ def judge_group(case: Case, by_mode: dict[str, Transcript], markers: Sequence[st
             if bug := format_named(format_of(case)).stream_bug(transcript.profile, case.id, mode):
                 checks = judged_with_stream_bug(checks, bug)
             elif mode == ONE_TOKEN_STREAM and (most := most_tokens_in_a_delta(transcript)) > 1 and (
-                    bug := FORMATS[format_of(case)].stream_bug(transcript.profile, case.id, None)):
+                    bug := format_named(format_of(case)).stream_bug(transcript.profile, case.id, None)):
                 checks = judged_merged_stream(checks, bug, most)
         except Exception as exc:  # must not stop the run: a malformed answer fails, a bug of ours is an error
             checks = [_unreadable(transcript, companion, exc)]
