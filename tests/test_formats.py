@@ -15,7 +15,7 @@ from conformance.formats.format import Format
 from conformance.formats.format_files import SHIPPED_FORMATS_DIR, FormatFileError, load_format
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.formats.response_template import check_serving, load_template
-from conformance.formats.tiny_checkpoint import build_fixture
+from conformance.formats.tiny_checkpoint import NUM_LAYERS, build_fixture
 from conformance.formats.turn_text import USER_MESSAGE, Subject, render
 
 TOOLS = [{"type": "function", "function": {"name": name, "description": f"the {name} tool", "parameters": {
@@ -65,7 +65,7 @@ def test_the_sample_turn_parses_into_its_calls_after_the_formats_own_prompt(name
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_the_tiny_checkpoint_of_each_format_spells_every_token_of_it_as_one(name: str, tmp_path: Path) -> None:
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     form = FORMATS[name]
     directory = build_fixture(tmp_path / name, "full", form)
@@ -77,6 +77,11 @@ def test_the_tiny_checkpoint_of_each_format_spells_every_token_of_it_as_one(name
     assert json.loads((directory / "generation_config.json").read_text())["eos_token_id"] == [
         tokenizer.convert_tokens_to_ids(token) for token in form.end_tokens]
     assert json.loads((directory / "config.json").read_text())["model_type"] == form.model_type
+    # transformers reads the same body under the format's model_type: every layer full attention, as vLLM's Qwen3
+    # body needs (a gpt_oss configuration left to its defaults alternates sliding layers: vLLM stops at load)
+    body = AutoConfig.from_pretrained(directory)
+    assert body.layer_types == ["full_attention"] * NUM_LAYERS and body.sliding_window is None
+    assert body.rope_parameters["rope_type"] == "default"
     assert (directory / "chat_template.jinja").is_file() == (form.chat_template is not None)
 
 

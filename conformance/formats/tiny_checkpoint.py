@@ -56,7 +56,8 @@ SERVER_MODEL_TYPES = {
        for name in ("kimi_k2", "kimi_k25", "kimi_k3")},
 }
 _BODY_SETTINGS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                  "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings")
+                  "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "tie_word_embeddings",
+                  "layer_types", "sliding_window", "rope_parameters")
 
 # The BPE training text: no "<" or ">" anywhere (see the module docstring).
 TRAINING_TEXT = (
@@ -208,6 +209,11 @@ def _model_config(tokenizer: Any, vocab_size: int, form: Format) -> dict:
         "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
         "attention_bias": False,
         "use_sliding_window": False,
+        # Every layer full attention, stated rather than left to the configuration class `model_type` names: a
+        # gpt_oss one would alternate sliding and full layers, which vLLM's Qwen3 body refuses at load.
+        "layer_types": ["full_attention"] * NUM_LAYERS,
+        "max_window_layers": NUM_LAYERS,
+        "sliding_window": None,
         "tie_word_embeddings": True,
         "dtype": "float32",
         "bos_token_id": None,
