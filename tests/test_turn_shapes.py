@@ -10,12 +10,34 @@ import pytest
 
 from conformance.formats.registry import FORMATS
 from conformance.formats.turn_text import parse_whole, render
+from conformance.record.case_model import Case, ExpectedMessage, ExpectedToolCall
 from conformance.suite.cases import load_suite
 from conformance.suite.format_cases import in_format, reference_of, subject_of_format
 from conformance.suite.turn_shapes import AFTER_CALLS, SECOND_THOUGHT, SHAPES, delimiter_texts
 from conformance.util.package_paths import load_schema
 
-SHAPED = {case.id: case for case in load_suite() if case.turn is not None and case.shape is not None}
+SUITE = {case.id: case for case in load_suite() if case.turn is not None}
+SHIPPED = {case_id: case for case_id, case in SUITE.items() if case.shape is not None}
+
+
+def _shaped(case_id: str, like: str, shape: str, turn: ExpectedMessage) -> Case:
+    """A shaped turn case the suite does not ship (yet): the shipped case `like`'s request, this turn and shape."""
+    return replace(SUITE[like], id=case_id, turn=turn, shape=shape, second_turn=None)
+
+
+# the shapes whose cases are not shipped: vLLM 0.32's parsers answer them otherwise than the format's parse, and
+# those deviations are not declared yet (issue 27)
+UNSHIPPED = {case.id: case for case in (
+    _shaped("turn-two-reasoning-blocks", "turn-reasoning-then-content", "two_reasoning_blocks",
+            ExpectedMessage(reasoning="The user wants two thoughts.", content="Here is the answer.")),
+    _shaped("turn-text-after-calls", "turn-reasoning-then-call", "text_after_calls",
+            ExpectedMessage(reasoning="The user wants the weather in Madrid.",
+                            tool_calls=(ExpectedToolCall("get_weather", {"city": "Madrid"}),))),
+    _shaped("turn-call-in-reasoning", "turn-reasoning-then-call", "call_in_reasoning",
+            ExpectedMessage(reasoning="The user wants the weather in Lisbon.",
+                            tool_calls=(ExpectedToolCall("get_weather", {"city": "Lisbon"}),))),
+)}
+SHAPED = {**SHIPPED, **UNSHIPPED}
 RENDERED = sorted(name for name in FORMATS if FORMATS[name].chat_template is not None)
 # the shaped turns a format with a chat template cannot express: gpt-oss's calls (its two templates disagree)
 NOT_EXPRESSED = {"gpt-oss": {"turn-unclosed-call", "turn-text-after-calls", "turn-call-in-reasoning"}}
@@ -29,10 +51,11 @@ def _plain_and_shaped(name: str, case_id: str):
     return form, plain, shaped
 
 
-def test_every_shape_is_in_the_schema_and_every_shape_has_a_shipped_case() -> None:
+def test_every_shape_is_in_the_schema_and_has_a_case_here() -> None:
     enum = load_schema("case.schema.json")["$defs"]["case"]["properties"]["shape"]["enum"]
     assert enum == list(SHAPES)
     assert {case.shape for case in SHAPED.values()} == set(SHAPES)
+    assert not set(UNSHIPPED) & set(SUITE)  # one shipped, the other a case of this test only
 
 
 def test_the_delimiters_a_shape_finds_regions_by_are_the_formats_own() -> None:
@@ -112,8 +135,7 @@ def test_what_each_format_means_by_each_shape(name: str) -> None:
 
 
 def test_a_shape_whose_region_the_rendering_lacks_is_a_skip_saying_why() -> None:
-    no_reasoning = replace(SHAPED["turn-unclosed-reasoning"],
-                           turn=replace(SHAPED["turn-unclosed-reasoning"].turn, reasoning=None))
+    no_reasoning = replace(SHAPED["turn-unclosed-reasoning"], turn=ExpectedMessage(content="Yes."))
     (case,) = in_format([no_reasoning], FORMATS["qwen3-hermes"])
     assert case.force is None and "writes no '</think>'" in case.reference.skip
     no_call = replace(SHAPED["turn-call-in-reasoning"],
