@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -35,6 +35,7 @@ from conformance.record.case_model import (
     SecondTurn,
     build_message,
 )
+from conformance.suite.turn_shapes import SHAPES, Inexpressible, delimiter_texts
 from conformance.util.bounded_worker import BoundedWorker, CallFailed, CallTimeout, CallTooExpensive
 
 RENDER_TIMEOUT_S = 10.0  # one case of a checkpoint's own chat template (a warm worker renders one in milliseconds)
@@ -108,10 +109,6 @@ def with_second_turn(case: Case, form: Format, subject: Subject | None) -> Case:
         return replace(case, second_turn=replace(case.second_turn, reference=Expectation(
             skip=f"the case is written for the {written_in} format; this run serves {form.name}")))
     return replace(case, second_turn=_second_turn_in(case, None, form, subject))
-
-
-class Inexpressible(Exception):
-    """Why a format cannot express a turn case."""
 
 
 def rendered(case: Case, form: Format, subject: Subject | None) -> Case:
@@ -243,23 +240,8 @@ def _parsed(case: Case, subject: Subject, raw: str) -> dict[str, Any]:
     return parsed.message
 
 
-# {{name}} in a turn's text: the format's own delimiter of that name (`delimiter_texts`)
+# {{name}} in a turn's text: the format's own delimiter of that name (`turn_shapes.delimiter_texts`)
 PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
-
-
-def delimiter_texts(form: Format) -> dict[str, str]:
-    """The format's delimiters a turn may name: `reasoning_close` and `call_close`, each the format's own
-    token that closes that region (a token of `marker_tokens` in the field's close text or pattern)."""
-    fields = form.response_template.get("fields") or {}
-    texts = {}
-    for name, field_names in (("reasoning_close", REASONING_FIELDS), ("call_close", ("tool_calls",))):
-        spec = next((fields[field] for field in field_names if isinstance(fields.get(field), dict)), None)
-        close = (spec or {}).get("close") or (spec or {}).get("close_pattern")
-        candidates = [close] if isinstance(close, str) else [text for text in close or [] if isinstance(text, str)]
-        token = next((token for text in candidates for token in form.marker_tokens if token in text), None)
-        if token is not None:
-            texts[name] = token
-    return texts
 
 
 def with_delimiters(turn: ExpectedMessage, texts: Mapping[str, str]) -> ExpectedMessage:
@@ -282,19 +264,6 @@ def with_delimiters(turn: ExpectedMessage, texts: Mapping[str, str]) -> Expected
     filled = replace(turn, reasoning=fill(turn.reasoning), content=fill(turn.content),
                      tool_calls=tuple(replace(call, arguments=fill(call.arguments)) for call in turn.tool_calls))
     return turn if filled == turn else filled
-
-
-def _unclosed_last_call(raw: str, texts: Mapping[str, str]) -> str:
-    """The rendered turn ended inside its last call: everything from that call's closer on is left out."""
-    closer = texts.get("call_close")
-    at = raw.rfind(closer) if closer else -1
-    if at < 0:
-        raise Inexpressible("it has no call closer to leave out")
-    return raw[:at]
-
-
-# shape: a change to the rendered text, defined on the format's own regions
-SHAPES: dict[str, Callable[[str, Mapping[str, str]], str]] = {"unclosed_last_call": _unclosed_last_call}
 
 
 def deviations(case_id: str, form: Format, reference: Expectation) -> dict[str, Expectation]:
