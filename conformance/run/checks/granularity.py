@@ -13,6 +13,7 @@ from conformance.formats.format import StreamBug
 from conformance.record.outcomes import BLOCKING_KINDS, CONTRACT, FAIL, FINDING, PASS, SKIP, Check
 from conformance.record.transcript import Transcript
 from conformance.record.wire import Message, StreamReading, brief_json, chat_message_after, message_view, read_stream
+from conformance.util.json_codec import parse_json
 from conformance.util.json_values import json_equal
 
 CHECK_NAME = "split_invariance"
@@ -86,8 +87,15 @@ def judged_with_stream_bug(checks: Sequence[Check], bug: StreamBug) -> list[Chec
 def most_tokens_in_a_delta(transcript: Transcript) -> int:
     """The most generated tokens one chunk of a stream carried (the `token_ids` of its choice, which the
     requests ask for with `return_token_ids`); 0 where no chunk names them."""
-    chunks = read_stream(transcript).chunks if transcript.sse else []
-    counts = [len(choice.get("token_ids") or ()) for chunk in chunks for choice in chunk.get("choices") or ()
+    chunks = []
+    for line in transcript.sse:  # a server's answer, any shape: what is not a chunk names no tokens
+        try:
+            chunks.append(parse_json(line.data))
+        except ValueError:  # not JSON (JSONDecodeError), too deep, `[DONE]`
+            continue
+    choices = [choice for chunk in chunks if isinstance(chunk, Mapping) and isinstance(chunk.get("choices"), list)
+               for choice in chunk["choices"]]
+    counts = [len(choice["token_ids"]) for choice in choices
               if isinstance(choice, Mapping) and isinstance(choice.get("token_ids"), list)]
     return max(counts, default=0)
 
