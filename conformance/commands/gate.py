@@ -224,6 +224,7 @@ def _run_compare(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
     from conformance.compare.expectations import ExpectationsError
     from conformance.compare.gate import build_gate
     from conformance.compare.rejudge import UnsupportedResults
+    from conformance.formats.recorded_format import format_of_run
     from conformance.record.run_dir import read_run_dir
     from conformance.record.transcript import TranscriptError
     from conformance.servers.profiles import upgrade_recording
@@ -231,7 +232,7 @@ def _run_compare(args: argparse.Namespace, emit: Callable[[str], None]) -> int:
 
     try:
         recordings = [read_run_dir(args.baseline), read_run_dir(args.candidate)]
-        forms = [format_named(recording.response_format) for recording in recordings]
+        forms = [format_of_run(recording.response_format, Path(str(recording.run_dir))) for recording in recordings]
         for recording in recordings:
             upgrade_recording(recording.transcripts)
         # each side judged again with the cases in the format its checkpoint writes

@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from conformance.formats.markers import CheckpointError, markers_for_checkpoint
-    from conformance.formats.registry import format_named
+    from conformance.formats.recorded_format import format_of_run
     from conformance.record.recording import make_header, read_transcripts
     from conformance.record.results import RESULTS_FILE, summarize
     from conformance.record.run_dir import write_results
@@ -59,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         transcripts = read_transcripts(args.transcripts)
         upgrade_recording(transcripts)
-        cases = load_suite(args.cases, format_named(transcripts[0].server.format if transcripts else None))
+        # a checkpoint's own format is read from the run's response_format.json beside the transcripts
+        form = format_of_run(transcripts[0].server.format if transcripts else None, args.transcripts.parent)
+        cases = load_suite(args.cases, form)
         markers = markers_for_checkpoint(args.checkpoint)
     except (TranscriptError, CaseFileError, CheckpointError, ValueError) as exc:
         print(f"conformance recheck: error: {exc}", file=sys.stderr)

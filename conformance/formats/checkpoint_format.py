@@ -24,6 +24,9 @@ def _as_is(template: dict[str, Any]) -> dict[str, Any]:
     return template
 
 
+CHECKPOINT_VARIANTS = (Variant("full", "the checkpoint's own response_template", _as_is),)
+
+
 def record_of_chat_template(chat_template: str | None) -> Format | None:
     """The shipped record whose chat template this is (None: none, or no chat template)."""
     if not isinstance(chat_template, str):
@@ -41,7 +44,7 @@ def format_of_checkpoint(directory: Path) -> Format:
         return record
     form = replace(own, name=f"{CHECKPOINT_PREFIX}{directory.resolve().name}",
                    description=f"the format of the checkpoint {directory} (no shipped record)", probe_text=PROBE_TEXT,
-                   variants=(Variant("full", "the checkpoint's own response_template", _as_is),),
+                   variants=CHECKPOINT_VARIANTS,
                    checkpoint=str(directory))
     register_checkpoint_format(form)
     return form

@@ -150,6 +150,8 @@ class Expectation:
     # How a format-independent case's text was written: by the format's `chat_template`, or (its fallback)
     # from its `response_template`'s own delimiters; None: a case with a raw forced text
     rendered_with: Literal["chat_template", "response_template"] | None = None
+    # Why the chat template could not write it (rendered_with `response_template`), as the suite found
+    rendered_why: str | None = None
 
     def for_mode(self, mode: Mode) -> Expectation:
         """The expectation in `mode`, with the stream overrides applied for a stream (any granularity)."""

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from conformance.record.case_model import (
     GRANULARITY_FEATURE,
@@ -35,6 +35,7 @@ from conformance.record.transcript import Transcript, TranscriptError
 from conformance.util import exit_codes
 
 OUTCOMES = (PASS, FAIL, SKIP, ERROR)
+MAX_WHY = 500  # characters of `rendered_why` kept (results.schema.json says so too)
 RESULTS_FILE = "results.jsonl"
 
 
@@ -54,6 +55,10 @@ class CaseResult:
     features: tuple[str, ...] = ()
     description: str = ""
     checks: list[Check] = field(default_factory=list)
+    # How the case's turn was written (a format-independent case): by the format's `chat_template`, or from its
+    # `response_template`'s delimiters where the chat template could not (`rendered_why`: why not, cut)
+    rendered_with: Literal["chat_template", "response_template"] | None = None
+    rendered_why: str | None = None
 
     @property
     def name(self) -> str:
@@ -67,6 +72,9 @@ class CaseResult:
         data = dict(self.__dict__)
         data["features"] = list(self.features)
         data["checks"] = [check.to_dict() for check in self.checks]
+        for key in ("rendered_with", "rendered_why"):  # a case with a raw forced text has neither
+            if data[key] is None:
+                del data[key]
         return data
 
     @classmethod
@@ -117,7 +125,13 @@ def make_result(case: Case, transcript: Transcript, checks: list[Check],
         features=_features(case, transcript.mode),
         description=case.description or "",
         checks=checks,
+        rendered_with=case.reference.rendered_with if case.reference is not None else None,
+        rendered_why=_cut(case.reference.rendered_why) if case.reference is not None else None,
     )
+
+
+def _cut(text: str | None) -> str | None:
+    return text if text is None or len(text) <= MAX_WHY else text[: MAX_WHY - 1] + "…"
 
 
 def _features(case: Case, mode: str) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.formats.markers import DEFAULT_MARKERS
+from conformance.formats.recorded_format import needs_record, write_recorded_format
 from conformance.formats.registry import format_named
 from conformance.record.case_model import (
     MODES,
@@ -213,6 +214,8 @@ async def run_async(
         writers = None
         if out_dir is not None:
             writers = (JsonLinesWriter(out_dir / TRANSCRIPTS_FILE), JsonLinesWriter(out_dir / RESULTS_FILE))
+            if needs_record(form := format_named(target.format)):  # only this process knows it: kept for recheck
+                write_recorded_format(out_dir, form)
             header = make_header("transcripts", cases=cases, markers=markers, server=asdict(target.stamp()),
                                  created_at=started)
             for writer, file in zip(writers, ("transcripts", "results")):

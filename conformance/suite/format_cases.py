@@ -178,12 +178,13 @@ def _raw_and_reference(case: Case, form: Format, subject: Subject | None) -> tup
     assert subject is not None
     texts = delimiter_texts(form)
     way: Literal["chat_template", "response_template"] = "chat_template"
+    why = None
     try:
         raw, parsed = _written(case, subject, texts, way)
     except Inexpressible as exc:
         if form.checkpoint is None:
             raise
-        way = "response_template"
+        way, why = "response_template", str(exc)
         try:
             raw, parsed = _written(case, subject, texts, way)
         except Inexpressible as fallback:
@@ -191,7 +192,7 @@ def _raw_and_reference(case: Case, form: Format, subject: Subject | None) -> tup
     if case.shape is not None:
         raw = SHAPES[case.shape](raw, texts)
         parsed = _parsed(case, subject, raw)
-    return raw, replace(reference_of(parsed), rendered_with=way)
+    return raw, replace(reference_of(parsed), rendered_with=way, rendered_why=why)
 
 
 def _written(case: Case, subject: Subject, texts: Mapping[str, str],

@@ -26,6 +26,7 @@ from conformance.record.results import (
 )
 from conformance.record.transcript import Transcript
 from conformance.record.wire import Message, read_stream, response_message
+from conformance.report.run.notes import WRITTEN_FROM_TEMPLATE, rendered_note
 from conformance.report.stamp import stamp_lines
 from conformance.util.json_codec import json_text
 from conformance.util.markdown_text import visible
@@ -217,11 +218,14 @@ def _case_details(result: CaseResult, transcript: Transcript | None, parts: list
     """Append the case's drill-down to `parts` (the page is joined once: each level of joining its
     pieces copied the whole page again)."""
     note = result.reason if result.outcome != "pass" else result.description
+    written = rendered_note(result)
     parts.append(
         f"<details id='{_anchor(result)}'><summary><span class='{result.outcome}'>{result.outcome.upper()}</span> "
         f"{escape(result.profile)} <b>{escape(result.name)}</b>{' #' + str(result.repeat) if result.repeat else ''} "
-        f"<span class='{'note' if result.outcome == 'pass' else result.outcome}'>{escape(note[:200])}</span></summary>"
+        f"<span class='{'note' if result.outcome == 'pass' else result.outcome}'>{escape(note[:200])}</span>"
+        f"{f' <span class=note>({WRITTEN_FROM_TEMPLATE})</span>' if written else ''}</summary>"
         f"<p>{escape(result.description)}</p><p class='note'>features: {escape(', '.join(result.features))}</p>"
+        f"{f'<p class=note>{escape(written)}</p>' if written else ''}"
     )
     _checks_table(result, parts)
     _transcript_section(transcript, parts)

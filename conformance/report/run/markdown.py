@@ -21,6 +21,7 @@ from conformance.record.results import (
     summaries_by_profile,
     summarize,
 )
+from conformance.report.run.notes import rendered_note
 from conformance.report.stamp import stamp_lines
 from conformance.util import exit_codes
 from conformance.util.markdown_text import code_span, plain, visible
@@ -96,6 +97,11 @@ def render(results: Sequence[CaseResult], stamp: Mapping[str, Any]) -> str:
                 for c in (r.failed_checks() or [None])  # a result without a failed check still gets its row
             ],
         )  # fmt: skip
+
+    written = {r.case_id: note for r in results if (note := rendered_note(r)) is not None}
+    if written:
+        lines += ["", "## Turns not written by the chat template", ""]
+        lines += _table(["case", "note"], sorted(written.items()))
 
     lines += ["", "## Findings (client-visible facts, not failures)", ""]
     findings = finding_counts(results)
