@@ -97,15 +97,17 @@ LOOP = "{%- for i in range(100000) %}{%- for j in range(100000) %}{%- endfor %}{
 
 
 def test_a_template_that_loops_on_calls_is_a_named_skip_for_those_cases(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr(format_cases, "RENDER_TIMEOUT_S", 1.0)
     template = invented_template().replace("{%- if message.tool_calls %}", "{%- if message.tool_calls %}" + LOOP)
     form = served_format(None, source_with(tmp_path, "loops-on-calls", template))
     cases = {case.id: case for case in load_suite(None, FORMATS["qwen3-hermes"]) if case.turn is not None}
+    # under the default bound first: the worker's own start (its imports) is not the template's time on a busy machine
+    [content] = format_cases.in_format([cases["turn-content"]], form)
+    assert content.reference.rendered_with == "chat_template"
+    monkeypatch.setattr(format_cases, "RENDER_TIMEOUT_S", 1.0)
     started = time.monotonic()
-    done = {case.id: case for case in format_cases.in_format([cases["turn-content"], cases["turn-one-call"]], form)}
+    [call] = format_cases.in_format([cases["turn-one-call"]], form)
     assert time.monotonic() - started < 30
-    assert done["turn-content"].reference.rendered_with == "chat_template"
-    assert "took longer than 1s" in done["turn-one-call"].reference.skip and done["turn-one-call"].force is None
+    assert "took longer than 1s" in call.reference.skip and call.force is None
 
 
 def test_a_template_that_always_loops_is_exit_2_naming_it_before_any_server(tmp_path: Path, monkeypatch, capsys) -> None:
