@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -97,10 +96,6 @@ def test_the_readme_main_command_launches_both_servers_and_gates_the_switch(tmp_
     assert {p.name for p in gate_dir.iterdir()} >= {"gate.json", "report.md", "report.html", "timing.png", "junit.xml",
                                                     "baseline", "candidate", "checkpoint"}
     assert gate["verdict"]["line"] in completed.stdout
-    if len(os.sched_getaffinity(0)) > 1:  # vLLM's own log line: each engine on a core of its own, not both on 0
-        bound = {re.search(r"core ids=\[(\d+)\]", log.read_text()).group(1)
-                 for side in ("baseline", "candidate") for log in (gate_dir / side).glob("vllm-*.log")}
-        assert len(bound) == 2, bound
 
 
 @pytest.mark.vllm

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from conformance.run.gate_sides import GateSetupError, GateSide, targets_for
 from conformance.run.judge import judge
 from conformance.servers.forcing import ServerTokenizer
 from conformance.servers.forcing_methods import NoForcing
-from conformance.servers.launch import ServerStartError, descendant_pids, launch, pid_alive, server_command, start
+from conformance.servers.launch import ServerStartError, descendant_pids, launch, pid_alive, server_command
 from conformance.servers.profile import Launch, Profile, VersionProbe
 from conformance.servers.profiles import PROFILES, expectation_for, launchable_profiles
 from conformance.servers.runtimes import SetupError, VirtualEnv
@@ -126,36 +125,6 @@ def test_the_environment_takes_record_defaults_under_the_callers_and_the_runtime
     vllm_command, vllm_env = server_command(PROFILES["hf"], "m", 8123, python="/venv/bin/python")
     assert vllm_command[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert vllm_env["VLLM_CPU_KVCACHE_SPACE"] == "1"
-
-
-def test_servers_started_together_each_pin_their_engine_to_a_core_of_their_own_unless_the_caller_pins_them(
-        tmp_path, monkeypatch) -> None:
-    """vLLM's CPU build pins every engine to core 0 when told nothing: the record names the variable, the
-    launcher hands out this process's cores in turn (a live test reads vLLM's own log line for it)."""
-    record = replace(fake_record(fake_venv(tmp_path / "venv")), launch=Launch(
-        command=("{bin}/fake-python", "-c", "import os, time; print('core', os.environ.get('FAKE_CORE'), flush=True); "
-                 "time.sleep(60)"), flags=(), find_error=find_fatal, runtime=VirtualEnv(tmp_path / "venv"),
-        core_binding_env="FAKE_CORE"))
-
-    def cores_of(count: int) -> list[str]:
-        processes = [start(record, "m", log_dir=tmp_path / "logs") for _ in range(count)]
-        try:
-            for process in processes:
-                deadline = time.monotonic() + 30
-                while "core " not in process.log_path.read_text() and time.monotonic() < deadline:
-                    time.sleep(0.05)
-            return [process.log_path.read_text().split()[1] for process in processes]
-        finally:
-            for process in processes:
-                process.stop()
-
-    cores = sorted(str(core) for core in os.sched_getaffinity(0))
-    pinned = cores_of(len(cores) + 1)
-    assert set(pinned) == set(cores)  # every core this process may use, before any is used twice
-    assert pinned[len(cores)] == pinned[0]  # then round again
-    assert len(set(pinned[:len(cores)])) == len(cores)
-    monkeypatch.setenv("FAKE_CORE", "nobind")
-    assert cores_of(2) == ["nobind", "nobind"]
 
 
 def test_a_record_that_cannot_be_launched_or_names_an_unknown_placeholder_is_a_clear_error(tmp_path) -> None:

@@ -340,28 +340,8 @@ def start(
     except SetupError as error:  # the runtime's set-up (a download, a virtual environment) failed
         raise ServerStartError(f"cannot set up the {profile.name} server: {error}", server_error=str(error),
                                log_path=log_path) from error
-    return ServerProcess(profile, command, _with_core_of_its_own(_launch_of(profile), env),
-                         root_url=f"http://127.0.0.1:{port}", log_path=log_path, model=str(model),
-                         build_note=build_note, owns_port=True)
-
-
-_CORES_HANDED_OUT = 0
-_CORES_LOCK = threading.Lock()
-
-
-def _with_core_of_its_own(spec: Launch, env: dict[str, str]) -> dict[str, str]:
-    """`env` with the server's engine pinned to the next of this process's CPU cores in turn (its profile's
-    `core_binding_env`), unless the caller's environment pins it already. Left to vLLM's own `auto`, every
-    server pins its engine to core 0: two servers started together then share one core while the other idles
-    (measured on 2 cores: eight requests of one server stalled 9.7 s together during a gate)."""
-    global _CORES_HANDED_OUT
-    if spec.core_binding_env is None or spec.core_binding_env in os.environ:
-        return env
-    cores = sorted(os.sched_getaffinity(0))
-    with _CORES_LOCK:
-        core = cores[_CORES_HANDED_OUT % len(cores)]
-        _CORES_HANDED_OUT += 1
-    return {**env, spec.core_binding_env: str(core)}
+    return ServerProcess(profile, command, env, root_url=f"http://127.0.0.1:{port}", log_path=log_path,
+                         model=str(model), build_note=build_note, owns_port=True)
 
 
 @contextlib.contextmanager

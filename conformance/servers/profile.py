@@ -95,10 +95,6 @@ class Launch:
     # None: `flags` as they are.
     parsers_by_template: str | None = None
     is_refusal: Callable[[str], bool] = lambda line: True
-    # The environment variable that pins the server's engine to CPU cores (vLLM's CPU build:
-    # VLLM_CPU_OMP_THREADS_BIND, whose `auto` pins every server to core 0). The launcher gives each server a
-    # core of its own, in turn, unless the caller's environment sets the variable. None: not pinned.
-    core_binding_env: str | None = None
 
 
 @dataclass(frozen=True)

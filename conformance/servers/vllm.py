@@ -39,7 +39,6 @@ VLLM_RULES = (KEEPS_REGION_WHITESPACE, SEPARATOR_WHITESPACE_AS_CONTENT)
 
 # GiB of KV cache on CPU builds, where the default would take a large share of the machine's memory.
 VLLM_ENV = MappingProxyType({"VLLM_CPU_KVCACHE_SPACE": "1"})
-VLLM_CORE_BINDING_ENV = "VLLM_CPU_OMP_THREADS_BIND"  # the CPU build's: a core list, `auto` (core 0) or `nobind`
 
 
 def vllm_profile(name: str, flags: tuple[str, ...], description: str,
@@ -51,8 +50,7 @@ def vllm_profile(name: str, flags: tuple[str, ...], description: str,
         name=name, description=description, server_name="vLLM",
         launch=Launch(VLLM_COMMAND, flags, find_vllm_error, VLLM_COMMON_FLAGS, VLLM_ENV, runtime=runtime,
                       log_prefix="vllm", format_parsers=format_parsers,
-                      parsers_by_template=parsers_by_template, is_refusal=is_vllm_refusal,
-                      core_binding_env=VLLM_CORE_BINDING_ENV),
+                      parsers_by_template=parsers_by_template, is_refusal=is_vllm_refusal),
         forcing=RegexForcing(), version_probe=VersionProbe(), reasoning_field="reasoning",
         expectation_fallback=expectation_fallback, cors_advice=vllm_cors_advice(f"vLLM {release}"),
         expected_version=expected_version, rules=VLLM_RULES, stream_interval="honoured",

@@ -10,13 +10,7 @@ from conformance.servers.profile import KnownRefusal, Launch, Profile, VersionPr
 from conformance.servers.runtimes import Runtime
 from conformance.servers.runtimes.vllm_033 import VllmRustOverlay
 from conformance.servers.runtimes.vllm_rs import VllmRustFrontend
-from conformance.servers.vllm import (
-    VLLM_COMMON_FLAGS,
-    VLLM_CORE_BINDING_ENV,
-    VLLM_ENV,
-    find_vllm_error,
-    vllm_cors_advice,
-)
+from conformance.servers.vllm import VLLM_COMMON_FLAGS, VLLM_ENV, find_vllm_error, vllm_cors_advice
 
 VLLM_RS_COMMAND = ("{binary}", "serve", "{model}", "--host", "{host}", "--port", "{port}")
 # Everything after `--` goes to the managed Python engine.
@@ -30,7 +24,7 @@ def vllm_rs_profile(name: str, description: str, release: str, runtime: Runtime,
     return Profile(
         name=name, server_name="vLLM's Rust frontend", description=description,
         launch=Launch(VLLM_RS_COMMAND, VLLM_RS_HF_FLAGS, find_vllm_rs_error, VLLM_RS_COMMON_FLAGS, VLLM_ENV,
-                      runtime=runtime, log_prefix="vllm-rs", core_binding_env=VLLM_CORE_BINDING_ENV),
+                      runtime=runtime, log_prefix="vllm-rs"),
         forcing=forcing, version_probe=VersionProbe(), reasoning_field="reasoning",
         cors_advice=vllm_cors_advice(f"vLLM {release}'s Rust frontend"), expected_version=expected_version,
         stream_interval="honoured",  # measured: 24 tokens asked 8 at a time came in 4 deltas (0.32, 0.33)
