@@ -241,3 +241,20 @@ def test_a_stream_still_merged_after_its_resends_is_judged_as_it_came_under_the_
     known = next(c for c in stream.checks if c.name == "known_stream_bug")
     assert known.kind == FINDING and "up to 3 tokens in a delta" in known.reason and "example.org/bug" in known.reason
     assert judged_merged_stream([Check("expected_message", PASS)], bug, 3) == [Check("expected_message", PASS)]
+
+
+def test_a_one_token_stream_that_came_merged_is_no_reference_and_a_declared_bug_then_explains_what_fails():
+    """Under load the one-token stream itself may come grouped: it can no more tell a broken split from a sound one
+    (a declaration would look stale when both break alike), so the split is not judged and says why."""
+    grouped = _merged(good_stream(incremental=True), 3, lose_fragment=True)
+    for chunk_ in grouped[1:]:
+        chunk_["choices"][0]["token_ids"] = [7, 8, 9]
+    merged_reference = stream_transcript(grouped)
+    granular = stream_transcript(_merged(good_stream(incremental=True), 3, lose_fragment=True))
+    split = check_split_invariance("stream@3", read_stream(granular), merged_reference)
+    assert split.outcome == "skip" and "up to 3 tokens in a delta" in split.reason and split.skip_kind is None
+    bug = StreamBug("hf", "forced", ("stream@3",), "the parser loses a fragment", "https://example.org/bug")
+    failing = [split, Check("expected_message", FAIL, "expectation")]
+    judged = judged_with_stream_bug(failing, bug)
+    assert [c.kind for c in judged if c.outcome == FAIL] == [FINDING, FINDING] and "not judged" in judged[-1].reason
+    assert judged_with_stream_bug([split, Check("expected_message", PASS)], bug) == [split, Check("expected_message", PASS)]

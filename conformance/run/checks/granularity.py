@@ -26,6 +26,10 @@ def check_split_invariance(mode: str, reading: StreamReading, one_token: Transcr
     stream's (the chunk where the parser went wrong)."""
     if one_token is None or not one_token.answered or one_token.status != 200:
         return Check(CHECK_NAME, SKIP, CONTRACT, reason="no answered one-token stream of the case to compare with")
+    if (merged := most_tokens_in_a_delta(one_token)) > 1:
+        return Check(CHECK_NAME, SKIP, CONTRACT, reason=f"the one-token stream of the case came merged all the same "
+                                                         f"(up to {merged} tokens in a delta, a busy server's "
+                                                         f"grouping): no one-token reference to compare with")
     reference = read_stream(one_token)
     if reference.invalid_lines or reference.stream_error is not None:
         return Check(CHECK_NAME, SKIP, CONTRACT, reason="the one-token stream of the case cannot be read")
@@ -74,14 +78,25 @@ def judged_with_stream_bug(checks: Sequence[Check], bug: StreamBug) -> list[Chec
     failures are findings under one `known_stream_bug` finding; once it reassembles, the declaration is stale (fail)."""
     split = next((check for check in checks if check.name == CHECK_NAME), None)
     cited = f"{bug.reason} ({bug.link})"
-    if split is None or split.outcome == SKIP:
+    if split is None:
         return list(checks)
+    if split.outcome == SKIP:  # nothing to tell a stale declaration by; what fails is what it declares
+        return _as_declared(checks, f"a declared bug of the server (the split itself not judged: {split.reason}): "
+                                    f"{cited}")
     if split.outcome == PASS:
         return [*checks, Check("known_stream_bug", FAIL, CONTRACT,
                                reason=f"declared as a known bug, but the stream now reassembles: the declaration is "
                                       f"stale: {cited}")]
+    return _as_declared(checks, f"a declared bug of the server: {cited}")
+
+
+def _as_declared(checks: Sequence[Check], reason: str) -> list[Check]:
+    """`checks` with their blocking failures as findings under one `known_stream_bug` finding (`reason`); as they
+    were when nothing fails."""
+    if not any(check.outcome == FAIL and check.kind in BLOCKING_KINDS for check in checks):
+        return list(checks)
     return [replace(check, kind=FINDING) if check.outcome == FAIL and check.kind in BLOCKING_KINDS else check
-            for check in checks] + [Check("known_stream_bug", FAIL, FINDING, reason=f"a declared bug of the server: {cited}")]
+            for check in checks] + [Check("known_stream_bug", FAIL, FINDING, reason=reason)]
 
 
 def most_tokens_in_a_delta(transcript: Transcript) -> int:
@@ -105,10 +120,6 @@ def judged_merged_stream(checks: Sequence[Check], bug: StreamBug, most_tokens: i
     busy server groups them) on a case whose split is a declared bug of the server: its blocking failures are
     what the declaration says (findings under one `known_stream_bug` finding). Passing says nothing stale: a
     merged delta need not cut where the bug bites; staleness is judged on the granular streams."""
-    if not any(check.outcome == FAIL and check.kind in BLOCKING_KINDS for check in checks):
-        return list(checks)
-    return [replace(check, kind=FINDING) if check.outcome == FAIL and check.kind in BLOCKING_KINDS else check
-            for check in checks] + [Check("known_stream_bug", FAIL, FINDING,
-                                          reason=f"the one-token stream came with up to {most_tokens} tokens in a "
-                                                 f"delta (the server grouped them under load), where a declared bug "
-                                                 f"of the server bites: {bug.reason} ({bug.link})")]
+    return _as_declared(checks, f"the one-token stream came with up to {most_tokens} tokens in a delta (the server "
+                                f"grouped them under load), where a declared bug of the server bites: {bug.reason} "
+                                f"({bug.link})")
