@@ -143,10 +143,11 @@ def judge_group(case: Case, by_mode: dict[str, Transcript], markers: Sequence[st
                 checks = judge_second_turn(case, transcript, markers)
             else:
                 checks = judge(case, transcript, companion=companion, markers=markers, one_token_stream=one_token_stream)
-            if bug := format_named(format_of(case)).stream_bug(transcript.profile, case.id, mode):
+            form = format_named(format_of(case))
+            if bug := form.stream_bug(transcript.profile, case.id, mode):
                 checks = judged_with_stream_bug(checks, bug)
             elif mode == ONE_TOKEN_STREAM and (most := most_tokens_in_a_delta(transcript)) > 1 and (
-                    bug := format_named(format_of(case)).stream_bug(transcript.profile, case.id, None)):
+                    bug := form.stream_bug(transcript.profile, case.id, None)):
                 checks = judged_merged_stream(checks, bug, most)
         except Exception as exc:  # must not stop the run: a malformed answer fails, a bug of ours is an error
             checks = [_unreadable(transcript, companion, exc)]
@@ -244,16 +245,15 @@ async def run_async(
             if not_sent:
                 transcript = _not_sent(case, target, mode, repeat_index, not_sent, forcing)
             else:
-                async with semaphore:
-                    transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
-                                            repeat=repeat_index)
-                resends = 0
-                while (mode == ONE_TOKEN_STREAM and forcing is not None and resends < MERGED_STREAM_RESENDS
-                       and transcript.answered and most_tokens_in_a_delta(transcript) > 1):
-                    resends += 1  # the reference of every granular stream of the case: one token per delta
+                resends = -1
+                while True:  # a merged one-token stream again: the reference of every granular stream of the case
                     async with semaphore:
                         transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
                                                 repeat=repeat_index)
+                    resends += 1
+                    if not (mode == ONE_TOKEN_STREAM and forcing is not None and resends < MERGED_STREAM_RESENDS
+                            and transcript.answered and most_tokens_in_a_delta(transcript) > 1):
+                        break
                 transcript.merged_resends = resends
                 if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
                     # tokenizer(): a server's is made here, without I/O; a checkpoint's by request_fields, in a thread
