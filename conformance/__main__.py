@@ -1,3 +1,3 @@
-from conformance.cli import main
+from conformance.cli import run
 
-raise SystemExit(main())
+run()

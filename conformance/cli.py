@@ -7,14 +7,18 @@ Every module in `conformance.commands` defines `register(subparsers)`, which add
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import os
 import pkgutil
 import signal
 import sys
 import threading
+from typing import NoReturn
 
 from conformance import __version__, commands
 from conformance.util import exit_codes
+from conformance.util.side_requests import side_jobs_running
 
 EXTRA_HINT = ("pip install 'hf-parser-conformance[audit]' for `audit`, '[live]' for the verbs that run servers or "
               "read their recordings, '[clients]' for `clients`")
@@ -59,5 +63,23 @@ def main(argv: list[str] | None = None) -> int:
         return exit_codes.stopped_by(exit_codes.signal_of(stop))
 
 
+def exit_process(code: int) -> NoReturn:
+    """Leave the process with `code`. A job still running in a daemon thread (a client library rebuilding a
+    second turn when Ctrl-C came) would be ended by the interpreter's shutdown inside native code
+    (pydantic-core's callbacks), which aborts the process (SIGABRT, "FATAL: exception not rethrown") after
+    every record was written: then the exit handlers run and the process leaves without that shutdown."""
+    if side_jobs_running():
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def run() -> NoReturn:
+    """The process entry (`conformance`, `python -m conformance`)."""
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run()

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from conformance.cli import main
@@ -30,3 +34,44 @@ def test_a_sigterm_handler_raises_what_ctrl_c_raises_and_names_its_signal():
 def test_help_names_the_interrupted_exit_codes(capsys):
     assert main(["--help"]) == 0
     assert "130 = interrupted by Ctrl-C" in capsys.readouterr().out
+
+
+ABANDONED_JOB = """
+import asyncio, sys, time
+from pydantic import BaseModel, field_validator
+from conformance.cli import exit_process
+from conformance.util.side_requests import in_daemon_thread
+
+class Call(BaseModel):  # a client library's model: pydantic-core calls back into Python for each validation
+    arguments: list[int]
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def slowly(cls, value):
+        time.sleep(0.001)
+        return value
+
+def rebuild_forever():
+    while True:
+        Call(arguments=[1, 2, 3])
+
+async def abandon():
+    try:
+        await in_daemon_thread(0.3, rebuild_forever)
+    except TimeoutError:
+        print("abandoned", flush=True)
+
+asyncio.run(abandon())
+exit_process(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("code", [0, 130])
+def test_a_job_abandoned_in_native_code_does_not_abort_the_exit(code):
+    """A second turn's client library still validating in its daemon thread when the verb ends (Ctrl-C came):
+    the process leaves with the verb's code, not SIGABRT ("FATAL: exception not rethrown") from the
+    interpreter's shutdown ending that thread inside pydantic-core."""
+    for _ in range(3):  # the abort needs the thread inside native code at shutdown: nearly always, not always
+        done = subprocess.run([sys.executable, "-c", ABANDONED_JOB, str(code)], capture_output=True, text=True,
+                              timeout=60, cwd=Path(__file__).parents[1])
+        assert (done.returncode, done.stdout, "FATAL" in done.stderr) == (code, "abandoned\n", False), done.stderr

@@ -231,12 +231,14 @@ class _SideThreads:
     def __init__(self) -> None:
         self._idle: list[queue.SimpleQueue[tuple[Callable[[], Any], Callable[[Any], None]]]] = []
         self._lock = threading.Lock()
+        self.running = 0  # jobs handed out and not finished (abandoned ones too)
 
     def run(self, job: Callable[[], Any], then: Callable[[Any], None]) -> None:
         """Run `job` (which must not raise) in one of the threads, then `then(its result)` there, once
         the thread is idle again (so whoever `then` wakes finds it free for the next job)."""
         with self._lock:
             jobs = self._idle.pop() if self._idle else None
+            self.running += 1
         if jobs is None:
             jobs = queue.SimpleQueue()
             threading.Thread(target=self._serve, args=(jobs,), daemon=True, name="side-request").start()
@@ -247,6 +249,7 @@ class _SideThreads:
             job, then = jobs.get()
             result = job()
             with self._lock:
+                self.running -= 1
                 kept = len(self._idle) < self.MAX_IDLE
                 if kept:
                     self._idle.append(jobs)
@@ -256,6 +259,11 @@ class _SideThreads:
 
 
 _SIDE_THREADS = _SideThreads()
+
+
+def side_jobs_running() -> int:
+    """How many `in_daemon_thread` jobs are still running, awaited or abandoned."""
+    return _SIDE_THREADS.running
 
 
 async def in_daemon_thread(timeout: float | None, function: Callable[..., Result], *args: Any) -> Result:
