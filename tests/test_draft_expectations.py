@@ -154,3 +154,16 @@ def test_a_new_anchor_is_the_case_id_or_a_yaml_spelling_of_case_and_profile(tool
     anchor = tool.new_anchor("plain-answer", "hf-0.33", {"plain-answer"})
     assert anchor == "plain-answer-hf-0-33"
     assert yaml.safe_load(f"a: &{anchor} 1\nb: *{anchor}\n") == {"a": 1, "b": 1}  # PyYAML reads it back
+
+
+def test_a_case_judged_by_its_formats_parse_gets_no_entry_written(tool, tmp_path, capsys) -> None:
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "parsed.yaml").write_text(
+        "cases:\n  - id: parsed-answer\n    description: A plain answer judged by the format's own parse of its text.\n"
+        "    features: [content]\n    request:\n      messages: [{role: user, content: plain}]\n    reference: parse\n"
+        "    force: \"Hello there.\"\n    expect:\n      legacy: {error: {status: 400}}\n", encoding="utf-8")
+    [case] = load_suite(cases)
+    draft = tool.Draft(case, (), {"message": {"content": "Hello there."}, "finish_reason": "stop"}, ())
+    assert tool.write_entries([draft], PROFILE, "legacy") == []
+    assert "next-server" not in (cases / "parsed.yaml").read_text(encoding="utf-8")

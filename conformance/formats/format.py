@@ -42,6 +42,8 @@ class Deviation:
     # The answer cannot be judged at all (an HTTP 500 in one mode, the call gone in the other): the case is
     # a declared skip for the profile, saying why, instead of a deviating message.
     skip: bool = False
+    # The answer's finish_reason where it differs from the parse's (None: the parse's)
+    finish_reason: str | None = None
 
 
 @dataclass(frozen=True)

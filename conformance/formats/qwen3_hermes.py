@@ -8,6 +8,7 @@ is Hermes/Qwen3 style, written for the tiny checkpoint (Apache-2.0, this project
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from conformance.formats.format import Deviation, Format, StreamBug, Variant
@@ -138,24 +139,71 @@ CONTENT_LOST = ("the qwen3 reasoning parser reads text before any </think> as re
                 "answer without a think block loses its content (docs/vllm-0.32-contract.md#3.7)")
 STRAY_CLOSER_DROPPED = ("the qwen3 reasoning parser drops a second, stray </think> from the non-streaming answer's content "
                         "(its stream keeps it)")
+HERMES_TOOL_PARSER = "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/tool_parsers/hermes_tool_parser.py"
+REASONING_ENDS_AT_CALL = ("the qwen3 reasoning parser ends the reasoning at a tool-call opener, so a call written inside "
+                          "the think block is parsed as a call and what follows it (the answer included) is dropped")
+ARGUMENTS_NOT_CAST = ("the hermes tool parser returns the arguments as the model wrote them; the format casts a string "
+                      "value to the type the tool's schema gives it (transformers' parse_response with the request's tools)")
+BOTH_MODES = ("non-stream", "stream")
+# The cases with a raw forced text judged by the format's parse (`reference: parse`) and the turn cases: what vLLM
+# 0.32's legacy parsers (hermes + qwen3) answer instead of the format's parse, measured on the tiny checkpoint.
+LEGACY_DEVIATIONS = tuple(Deviation("legacy", *entry) for entry in (
+    ("turn-content", BOTH_MODES, {"reasoning": "Hello there, how can I help?", "content": None}, CONTENT_LOST,
+     QWEN3_REASONING_PARSER),
+    ("turn-content-then-call", BOTH_MODES, {"reasoning": "Let me check.\n", "content": None}, CONTENT_LOST,
+     QWEN3_REASONING_PARSER),
+    ("turn-reasoning-closer-in-content", ("non-stream",), {"content": "\n\nIt is  in this format."},
+     STRAY_CLOSER_DROPPED, QWEN3_REASONING_PARSER),
+    ("content-only", BOTH_MODES, {"reasoning": "Hello there.", "content": None}, CONTENT_LOST, QWEN3_REASONING_PARSER),
+    ("content-only-with-tools", BOTH_MODES, {"reasoning": "Just an answer.", "content": None}, CONTENT_LOST,
+     QWEN3_REASONING_PARSER),
+    ("partial-delimiter-at-end", BOTH_MODES, {"reasoning": "Hello <too", "content": None}, CONTENT_LOST,
+     QWEN3_REASONING_PARSER),
+    ("special-token-in-content", BOTH_MODES, {"reasoning": "Hello <|im_start|> there", "content": None}, CONTENT_LOST,
+     QWEN3_REASONING_PARSER),
+    ("answer-after-tool-result", BOTH_MODES, {"reasoning": "It is sunny in Paris.", "content": None}, CONTENT_LOST,
+     QWEN3_REASONING_PARSER),
+    ("content-before-call", BOTH_MODES, {"reasoning": "Let me check.\n", "content": None}, CONTENT_LOST,
+     QWEN3_REASONING_PARSER),
+    ("stray-think-close", BOTH_MODES, {"reasoning": "Plan quickly.", "content": "\n\nThe answer."},
+     "the qwen3 reasoning parser reads the text before a closing </think> that has no opener as reasoning (the format "
+     "keeps the stray closer in the content)", QWEN3_REASONING_PARSER),
+    ("enable-thinking-false-model-still-thinks", BOTH_MODES,
+     {"reasoning": None, "content": "<think>\nx\n</think>\n\nAnswer."},
+     "with enable_thinking false the qwen3 reasoning parser returns the whole output as content, a think block the "
+     "model still wrote included (the format's parse does not depend on the request)", QWEN3_REASONING_PARSER),
+    ("think-delimiters-in-argument", ("non-stream",),
+     {"tool_calls": [{"name": "get_weather", "arguments": {"city": "<think>x"}}]},
+     "the qwen3 reasoning parser deletes a stray </think> inside a call's argument string from its non-streaming "
+     "answer (its stream keeps it)", QWEN3_REASONING_PARSER),
+    ("tool-call-inside-reasoning", BOTH_MODES,
+     {"reasoning": "\nmaybe ", "content": None,
+      "tool_calls": [{"name": "get_weather", "arguments": {"city": "A"}}]}, REASONING_ENDS_AT_CALL,
+     QWEN3_REASONING_PARSER, False, "tool_calls"),
+    ("content-after-call", BOTH_MODES, {"content": None},
+     "the hermes tool parser drops the text after the tool calls", HERMES_TOOL_PARSER),
+    ("partial-delimiter-at-end-thinking-off", ("stream",), {"content": "Hello "},
+     "the hermes tool parser holds back an output's last bytes that begin a tool-call opener and never sends them "
+     "in its stream (its non-streaming answer keeps them)", HERMES_TOOL_PARSER),
+    ("string-values-cast-to-integer-and-boolean", BOTH_MODES,
+     {"tool_calls": [{"name": "get_weather", "arguments": {"city": "A", "days": "3", "metric": "true"}}]},
+     ARGUMENTS_NOT_CAST, HERMES_TOOL_PARSER),
+    ("string-values-cast-to-number", BOTH_MODES,
+     {"tool_calls": [{"name": "set_thermostat", "arguments": {"zone": "2", "celsius": "21.5", "eco": "false"}}]},
+     ARGUMENTS_NOT_CAST, HERMES_TOOL_PARSER),
+    ("string-value-cast-to-object", BOTH_MODES,
+     {"tool_calls": [{"name": "plan_trip", "arguments": {"stops": [{"city": "Paris", "nights": 1}],
+                                                          "options": "{\"budget\": 100}"}}]},
+     ARGUMENTS_NOT_CAST, HERMES_TOOL_PARSER),
+))
 DEVIATIONS = tuple(
-    Deviation(profile, case, modes, message, reason, QWEN3_REASONING_PARSER)
-    for profile in ("legacy", "legacy-0.33")
-    for case, modes, message, reason in (
-        ("turn-content", ("non-stream", "stream"), {"reasoning": "Hello there, how can I help?", "content": None},
-         CONTENT_LOST),
-        ("turn-content-then-call", ("non-stream", "stream"), {"reasoning": "Let me check.\n", "content": None},
-         CONTENT_LOST),
-        ("turn-reasoning-closer-in-content", ("non-stream",), {"content": "\n\nIt is  in this format."},
-         STRAY_CLOSER_DROPPED),
-    )
+    deviation for legacy in LEGACY_DEVIATIONS for deviation in (legacy, replace(legacy, profile="legacy-0.33"))
 ) + (Deviation("transformers-serve", "turn-unclosed-call", ("non-stream", "stream"), {},
                "transformers serve 5.23 answers a call the model left unclosed with HTTP 500 without streaming, and "
                "drops it from its stream (no call, finish_reason stop); recorded 2026-12-06",
                "https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cli/serving/chat_completion.py", skip=True),)
 
 # Measured on vLLM 0.32.0 (legacy: hermes + qwen3) with `stream_interval`, 2026-12-06; hf reassembles every case.
-HERMES_TOOL_PARSER = "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/tool_parsers/hermes_tool_parser.py"
 STREAM_BUGS = tuple(
     StreamBug("legacy", case, modes, reason, link)  # legacy-0.33 not measured
     for case, modes, reason, link in (

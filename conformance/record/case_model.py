@@ -208,6 +208,9 @@ class Case:
     reference: Expectation | None = None
     shape: str | None = None  # a change to a turn's rendered text (conformance.suite.format_cases.SHAPES)
     second_turn: SecondTurn | None = None
+    # A case with a raw `force` whose reference outcome is its format's own parse of that text (YAML
+    # `reference: parse`), judged as a turn case is; its profiles state only refusals and skips
+    judged_by_parse: bool = False
 
     @property
     def written_turn(self) -> ExpectedMessage | None:
@@ -249,6 +252,7 @@ def build_case(raw: dict[str, Any], index: int, tools: Mapping[str, Any], source
         turn=build_message(raw["turn"]) if "turn" in raw else None,
         shape=raw.get("shape"),
         second_turn=_second_turn(raw["second_turn"]) if "second_turn" in raw else None,
+        judged_by_parse=raw.get("reference") == "parse",
     )
 
 

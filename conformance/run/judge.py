@@ -29,6 +29,7 @@ from conformance.run.checks.expectations import (
     check_expected_streaming,
     check_natural,
     expected_view,
+    view_of,
 )
 from conformance.run.checks.findings import (
     finding_client_replay,
@@ -102,7 +103,8 @@ def judge(
     raw_expected = {i for i, call in enumerate(expected["tool_calls"] if expected else []) if "raw" in call["arguments"]}
     checks.append(check_tool_call_shape(message))
     checks.append(check_arguments_json(message, raw_expected))
-    checks.append(check_marker_leaks(message, expected, markers))
+    deviation = expectation.deviation if expectation is not None else None
+    checks.append(check_marker_leaks(message, expected, markers, view_of(case.reference, transcript.mode), deviation))
     checks.append(check_arguments_schema(message, case.tool_parameters()))
     checks.append(finding_reasoning_field(message))
     if transcript.endpoint == "chat":

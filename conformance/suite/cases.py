@@ -356,8 +356,9 @@ def _semantic_issues(
     if isinstance(written_in, str) and written_in not in FORMATS:
         yield locator.issue([*at, "format"], f"unknown response format {written_in!r} (known: {', '.join(FORMATS)})")
     endpoint = raw.get("endpoint", "chat")
-    if "turn" in raw and endpoint != "chat":
-        yield locator.issue([*at, "endpoint"], "a format-independent case (turn) is sent to chat completions only")
+    if ("turn" in raw or raw.get("reference") == "parse") and endpoint != "chat":
+        yield locator.issue([*at, "endpoint"], "a case judged by its format's parse (turn, or reference: parse) is "
+                            "sent to chat completions only")
     yield from _second_turn_issues(raw, at, locator)
     allowed = RESPONSES_STATUSES if endpoint == "responses" else CHAT_FINISH_REASONS
     expect = raw.get("expect") if isinstance(raw.get("expect"), dict) else {}
@@ -367,6 +368,10 @@ def _semantic_issues(
                                 f"(known: {', '.join(PROFILES)})", severity="warning")
         if not isinstance(expectation, dict):
             continue
+        if raw.get("reference") == "parse" and "message" in expectation:
+            yield locator.issue([*at, "expect", profile, "message"], "a case judged by its format's parse "
+                                "(reference: parse) expects that parse of every profile: state only a refusal or a "
+                                "skip here, and a server's known bug as a deviation declared on the format")
         stream = expectation.get("stream") if isinstance(expectation.get("stream"), dict) else {}
         if "usage" in expectation and "stream" in _list(raw.get("modes", list(MODES))) and not _asks_usage(request):
             yield locator.issue([*at, "expect", profile, "usage"], "a stream carries usage only when asked: set "
@@ -377,7 +382,7 @@ def _semantic_issues(
                 what = "status" if endpoint == "responses" else "finish_reason"
                 yield locator.issue([*at, "expect", profile, *path], f"{value!r} is not a valid {what} for endpoint "
                                     f"{endpoint} (use one of {', '.join(sorted(allowed))})")
-    if STREAM_FEATURE in features:
+    if STREAM_FEATURE in features and raw.get("reference") != "parse":  # else the format's deviations say it
         tagged = STREAM_FEATURE in _list(raw.get("features"))
         overridden = [profile for profile, e in expect.items() if isinstance(e, dict) and "stream" in e]
         if tagged and not overridden:

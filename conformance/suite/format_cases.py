@@ -10,8 +10,10 @@ the case is judged against it, its documented rules allowed (`conformance.record
 the format cannot express (reasoning in a format with no reasoning field, a chat template that cannot
 render it) is a skip that says why, for every profile.
 
-A case with a raw `force:` text stays as it is: it is written in one format (`format:`, default the
-tiny checkpoint's) and a run serving another skips it (`conformance.run.forcing_plan.other_format`).
+A case with a raw `force:` text is written in one format (`format:`, default the tiny checkpoint's) and a
+run serving another skips it (`conformance.run.forcing_plan.other_format`). With `reference: parse` its
+reference outcome is that format's parse of the text, and it is judged as a turn case is; otherwise by
+the expectations it states per profile.
 """
 
 from __future__ import annotations
@@ -64,8 +66,25 @@ def in_format(cases: Iterable[Case], form: Format) -> list[Case]:
 
 def one_in_format(case: Case, form: Format, subject: Subject | None) -> Case:
     """One case as a run on a checkpoint of `form` sends it."""
-    return (rendered(case, form, subject) if case.turn is not None else
-            with_second_turn(case, form, subject) if case.second_turn is not None else case)
+    if case.turn is not None:
+        return rendered(case, form, subject)
+    if case.judged_by_parse:
+        case = with_parsed_reference(case, form, subject)
+    return with_second_turn(case, form, subject) if case.second_turn is not None else case
+
+
+def with_parsed_reference(case: Case, form: Format, subject: Subject | None) -> Case:
+    """A raw case judged by its format's parse (`reference: parse`), in a run serving that format: its reference
+    outcome is the format's parse of `force`, and the format's declared deviations for it apply. A run serving
+    another format skips the case (`conformance.run.forcing_plan.other_format`): it stays as written."""
+    assert case.force is not None
+    if (case.format or DEFAULT_FORMAT.name) != form.name or subject is None:
+        return case
+    try:
+        reference = reference_of(_parsed(case, subject, case.force))
+    except Inexpressible as exc:
+        return replace(case, reference=Expectation(skip=f"the {form.name} format cannot parse the forced text: {exc}"))
+    return replace(case, reference=reference, expect={**case.expect, **deviations(case.id, form, reference)})
 
 
 def _bounded_in_format(cases: list[Case], form: Format, subject: Subject | None) -> list[Case]:
@@ -290,9 +309,14 @@ def deviations(case_id: str, form: Format, reference: Expectation) -> dict[str, 
                     message = replace(message, **{name: getattr(changed, name) for name in deviation.message})
             return message
 
+        def finish_in(mode: str, parsed: str | None) -> str | None:
+            return next((d.finish_reason for d in known if mode in d.modes and d.finish_reason), parsed)
+
         whole, streamed = in_mode("non-stream"), in_mode("stream")
         expect[profile] = replace(
             reference, message=whole, stream_message=streamed,
+            finish_reason=finish_in("non-stream", reference.finish_reason),
+            stream_finish_reason=finish_in("stream", reference.stream_finish_reason),
             deviation="; ".join(dict.fromkeys(f"{d.reason} ({d.link})" for d in known)),
             stream_overrides=frozenset(name for name in MESSAGE_FIELDS if getattr(whole, name) != getattr(streamed, name)))
     return expect

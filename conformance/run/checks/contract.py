@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from conformance.record.outcomes import CONTRACT, ERROR, FAIL, PASS, SCHEMA, SKIP, Check
+from conformance.record.outcomes import CONTRACT, ERROR, FAIL, FINDING, PASS, SCHEMA, SKIP, Check
 from conformance.record.server_rules import ServerRule, normalized
 from conformance.record.transcript import Transcript
 from conformance.record.wire import (
@@ -186,16 +186,26 @@ def check_arguments_schema(message: Message, tools: Mapping[str, Mapping[str, An
     return Check("arguments_schema", PASS, SCHEMA)
 
 
-def check_marker_leaks(message: Message, expected: Mapping[str, Any] | None, markers: Sequence[str]) -> Check:
-    """No template delimiter in content or reasoning, unless the case expects it there."""
+def check_marker_leaks(message: Message, expected: Mapping[str, Any] | None, markers: Sequence[str],
+                       reference: Mapping[str, Any] | None = None, deviation: str | None = None) -> Check:
+    """No template delimiter in content or reasoning, unless the case expects it there. With `deviation` (the
+    expected answer is a declared bug's), a delimiter that only the bug's answer has, not the format's parse
+    (`reference`), is still a leak: reported as that bug's finding, never passed."""
+    if leaks := _leaks(message, expected, markers):
+        return Check("marker_leak", FAIL, reason="template markers leaked: " + ", ".join(leaks))
+    if deviation and reference is not None and (leaks := _leaks(message, reference, markers)):
+        return Check("marker_leak", FAIL, FINDING, reason="template markers leaked: " + ", ".join(leaks)
+                     + f" (the format's parse has none there; a declared bug of the server: {deviation})")
+    return Check("marker_leak", PASS)
+
+
+def _leaks(message: Message, allowed_in: Mapping[str, Any] | None, markers: Sequence[str]) -> list[str]:
     leaks = []
     for name in ("reasoning", "content"):
         text = getattr(message, name) or ""
-        allowed = (expected or {}).get(name) or ""
+        allowed = (allowed_in or {}).get(name) or ""
         leaks += [f"{marker!r} in {name}" for marker in markers if marker in text and marker not in allowed]
-    if leaks:
-        return Check("marker_leak", FAIL, reason="template markers leaked: " + ", ".join(leaks))
-    return Check("marker_leak", PASS)
+    return leaks
 
 
 def compare_views(name: str, kind: str, expected: Mapping[str, Any], actual: Mapping[str, Any], differs: str,

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from conformance.record.case_model import Case, Mode
+from conformance.record.case_model import Case, Expectation, Mode
 from conformance.record.outcomes import EXPECTATION, FAIL, PASS, SKIP, Check
 from conformance.record.server_rules import ServerRule, normalized
 from conformance.record.transcript import Transcript
@@ -21,8 +21,12 @@ from conformance.util.json_values import json_equal
 def expected_view(case: Case, profile: str, mode: Mode) -> dict[str, Any] | None:
     """The expected message + finish_reason for this profile and mode (stream overrides applied),
     in the shape of `message_view`; None when the profile expects an error or has no expectation."""
-    expectation = expectation_for(case, profile)
-    if expectation is None or expectation.error is not None:
+    return view_of(expectation_for(case, profile), mode)
+
+
+def view_of(expectation: Expectation | None, mode: Mode) -> dict[str, Any] | None:
+    """`expectation`'s message + finish_reason in `mode`, as `expected_view` gives them."""
+    if expectation is None or expectation.error is not None or expectation.skip is not None:
         return None
     expectation = expectation.for_mode(mode)
     message = expectation.message

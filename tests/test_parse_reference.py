@@ -1,0 +1,141 @@
+"""Cases with a raw forced text judged by their format's parse (`reference: parse`): the reference is what the
+format means by the text, each profile is judged against it with its documented rules, a server's known bug
+passes only as a deviation declared on the format (and fails once undeclared), and a case file may not state
+a profile's message for such a case."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
+from conformance.record.outcomes import FINDING
+from conformance.record.transcript import ServerStamp, Transcript
+from conformance.run.judge import judge
+from conformance.suite.cases import check_suite, load_suite
+from conformance.suite.format_cases import in_format
+
+SHIPPED = [case for case in check_suite().cases if case.judged_by_parse]
+HERMES = DEFAULT_FORMAT
+
+
+def _in(case_id: str, form=HERMES):
+    return next(case for case in in_format(SHIPPED, form) if case.id == case_id)
+
+
+def _answer(case_id: str, profile: str, message: dict, form=HERMES) -> dict:
+    response = {"choices": [{"index": 0, "message": {"role": "assistant", **message},
+                             "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}]}
+    transcript = Transcript(case_id, "non-stream", profile, "chat", ServerStamp("http://127.0.0.1:1", "m", profile),
+                            {}, status=200, response=response)
+    return {check.name: check for check in judge(_in(case_id, form), transcript)}
+
+
+def _call(name: str, arguments: dict) -> dict:
+    return {"id": "call-1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def test_every_shipped_case_judged_by_parse_parses_in_its_format_and_states_no_message_per_profile() -> None:
+    assert len(SHIPPED) >= 30
+    for case in in_format(SHIPPED, HERMES):
+        assert case.reference is not None and case.reference.skip is None, case.id
+        assert case.reference.by_reference
+        for profile, expectation in case.expect.items():  # refusals, skips, and the format's declared deviations
+            assert expectation.error or expectation.skip or expectation.deviation, (case.id, profile)
+
+
+def test_the_reference_is_what_the_format_means_by_the_text() -> None:
+    assert _in("content-only").reference.message.content == "Hello there."  # no think block: content
+    cast = _in("string-values-cast-to-number").reference.message.tool_calls[0].arguments
+    assert cast == {"zone": 2, "celsius": 21.5, "eco": False}  # the tool's schema types the strings
+    inside = _in("tool-call-inside-reasoning").reference
+    assert inside.message.tool_calls == () and "<tool_call>" in inside.message.reasoning
+    assert inside.finish_reason == "stop"
+
+
+def test_every_profile_is_judged_against_the_parse_with_its_documented_rules() -> None:
+    exact = _answer("content-only", "hf", {"content": "Hello there."})
+    assert exact["expected_message"].outcome == "pass"
+    spaced = _answer("reasoning-then-content", "hf", {"reasoning": "\nplan\n", "content": "\n\nHello"})
+    assert spaced["expected_message"].outcome == "pass" and "keeps_region_whitespace" in spaced["expected_message"].reason
+    assert _answer("reasoning-then-content", "hf-rust", {"reasoning": "\nplan\n", "content": "\n\nHello"})[
+        "expected_message"].outcome == "fail"  # vLLM's Rust frontend documents no such rule
+    # a profile no case file names (SGLang) is judged against the same reference
+    assert _answer("content-only", "sglang", {"content": "Hello there."})["expected_message"].outcome == "pass"
+
+
+def test_a_known_bug_passes_only_as_a_declared_deviation_and_fails_once_undeclared() -> None:
+    as_reasoning = {"reasoning": "Hello there.", "content": None}
+    declared = _answer("content-only", "legacy", as_reasoning)
+    assert declared["expected_message"].outcome == "pass"
+    assert declared["known_deviation"].kind == FINDING and "qwen3 reasoning parser" in declared["known_deviation"].reason
+    undeclared_format = replace(HERMES, deviations=())
+    undeclared = _answer("content-only", "legacy", as_reasoning, undeclared_format)
+    assert undeclared["expected_message"].outcome == "fail" and "known_deviation" not in undeclared
+    # hf answering what legacy does is no deviation of hf's: it fails
+    assert _answer("content-only", "hf", as_reasoning)["expected_message"].outcome == "fail"
+    # the bug fixed: the declaration is stale
+    fixed = _answer("content-only", "legacy", {"content": "Hello there."})["expected_message"]
+    assert fixed.outcome == "fail" and "declaration stale" in fixed.reason
+
+
+def test_a_deviation_can_change_the_finish_reason_in_the_modes_it_names() -> None:
+    legacy = _in("tool-call-inside-reasoning").expect["legacy"]
+    assert legacy.finish_reason == legacy.stream_finish_reason == "tool_calls"
+    answer = {"reasoning": "\nmaybe ", "content": None, "tool_calls": [_call("get_weather", {"city": "A"})]}
+    assert _answer("tool-call-inside-reasoning", "legacy", answer)["expected_message"].outcome == "pass"
+    one_mode = _in("think-delimiters-in-argument").expect["legacy"]
+    assert one_mode.message.tool_calls[0].arguments == {"city": "<think>x"}
+    assert one_mode.stream_message.tool_calls[0].arguments == {"city": "<think>x</think>"}  # its stream keeps it
+
+
+def test_a_run_serving_another_format_leaves_the_case_as_written() -> None:
+    glm = next(case for case in in_format(SHIPPED, FORMATS["glm45"]) if case.id == "content-only")
+    assert glm.reference is None  # the run skips it: written for qwen3-hermes (forcing_plan.other_format)
+    assert {case.id for case in load_suite(form=FORMATS["glm45"]) if case.judged_by_parse} == {c.id for c in SHIPPED}
+
+
+CASE = """\
+cases:
+  - id: parsed-case
+    description: A raw forced text whose reference is the format's own parse of it.
+    features: [content]
+    request:
+      messages: [{role: user, content: "Hi"}]
+    reference: parse
+    force: "{force}"
+{expect}
+"""
+
+
+def _suite(tmp_path: Path, force: str, expect: str = "") -> Path:
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "one.yaml").write_text(CASE.replace("{force}", force).replace("{expect}", expect))
+    return tmp_path / "cases"
+
+
+def test_a_case_judged_by_parse_may_not_state_a_profiles_message(tmp_path: Path) -> None:
+    expect = textwrap.indent("expect:\n  hf:\n    message: {content: Hi}\n    finish_reason: stop\n", "    ")
+    [error] = check_suite(_suite(tmp_path, "Hi", expect)).errors
+    assert "expect.hf.message" in str(error) and "deviation declared on the format" in str(error)
+
+
+def test_a_forced_text_the_format_cannot_parse_is_a_skip_that_says_why(tmp_path: Path) -> None:
+    [case] = load_suite(_suite(tmp_path, '<tool_call>{\\"name\\": </tool_call>'))
+    assert case.reference.skip.startswith("the qwen3-hermes format cannot parse the forced text: ")
+    assert "json parser could not parse region as JSON" in case.reference.skip
+
+
+def test_a_leak_in_a_declared_bugs_answer_is_reported_as_that_bugs_finding_never_passed() -> None:
+    whole = {"reasoning": None, "content": "<think>\nx\n</think>\n\nAnswer."}  # qwen3 with enable_thinking false
+    declared = _answer("enable-thinking-false-model-still-thinks", "legacy", whole)
+    leak = declared["marker_leak"]
+    assert (leak.outcome, leak.kind) == ("fail", FINDING) and "'<think>' in content" in leak.reason
+    assert "enable_thinking false" in leak.reason and declared["expected_message"].outcome == "pass"
+    undeclared = _answer("enable-thinking-false-model-still-thinks", "legacy", whole, replace(HERMES, deviations=()))
+    assert (undeclared["marker_leak"].outcome, undeclared["marker_leak"].kind) == ("fail", "contract")
+    # a delimiter the format's own parse keeps (a stray closer stays content) is no leak
+    stray = _answer("stray-think-close", "hf", {"content": "Plan quickly.</think>\n\nThe answer."})
+    assert stray["marker_leak"].outcome == "pass" and stray["expected_message"].outcome == "pass"
