@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from conformance.record.wire import read_stream
 from conformance.run.driver import Target
 from conformance.run.engine import run
 from conformance.servers.launch import Server
-from conformance.servers.profiles import PROFILES, profile_record
+from conformance.servers.profiles import PROFILES, expectation_for, profile_record
 from conformance.servers.sequence_bias import CheckpointTokenizer, forced_ids, verify_answer
 from conformance.suite.cases import load_suite
 
@@ -92,6 +93,28 @@ def test_the_four_patterns_hf_refuses_are_accepted_and_not_enforced(transformers
     assert json.loads(strict["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]) == {"town": 7}
 
 
+def test_every_http_500_its_declared_skips_name_still_happens(transformers_serve_server) -> None:
+    """The declared skips of transformers serve that quote an HTTP 500 without streaming are not sent in a run:
+    each is sent here, forced, and still answered with HTTP 500 (the day one is answered, its skip is stale)."""
+    server = transformers_serve_server
+    claimed = [case for case in load_suite() if case.endpoint == "chat" and case.fixture_variant is None
+               and case.force and "HTTP 500" in (expectation_for(case, "transformers-serve").skip or "")]
+    assert len(claimed) >= 12 and "turn-unclosed-call" in {case.id for case in claimed}
+    statuses = {case.id: status_of(server, forced(server, case.force, copy.deepcopy(case.request))) for case in claimed}
+    assert statuses == dict.fromkeys(statuses, 500)
+
+
+def status_of(server: Server, body: dict) -> int:
+    request = urllib.request.Request(server.base_url + "/chat/completions",
+                                     json.dumps({"model": server.model, **body}).encode(),
+                                     {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
 def test_sequence_bias_forcing_is_token_exact(transformers_serve_server) -> None:
     server = transformers_serve_server
     tokenizer = CheckpointTokenizer(server.model)
@@ -115,7 +138,6 @@ def test_sequence_bias_forcing_is_token_exact(transformers_serve_server) -> None
 def test_it_renders_no_conversation_as_its_record_says(transformers_serve_server, hf_server) -> None:
     """`tokenizes_conversations`: transformers serve has no /tokenize (404), so a second turn's prompt is not judged
     there (a named skip); vLLM's Python frontend renders one (the contrast, on the same body)."""
-    import urllib.error
 
     def tokenize(server) -> int:
         body = {"model": server.model, "messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": True}
