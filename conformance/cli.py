@@ -14,6 +14,7 @@ import pkgutil
 import signal
 import sys
 import threading
+import traceback
 from typing import NoReturn
 
 from conformance import __version__, commands
@@ -77,8 +78,16 @@ def exit_process(code: int) -> NoReturn:
 
 
 def run() -> NoReturn:
-    """The process entry (`conformance`, `python -m conformance`)."""
-    exit_process(main())
+    """The process entry (`conformance`, `python -m conformance`): `main`'s code, or for what escapes it, 130/143
+    (a second Ctrl-C while stopping) or 1 (a crash, its traceback printed)."""
+    try:
+        code = main()
+    except KeyboardInterrupt as stop:
+        code = exit_codes.stopped_by(exit_codes.signal_of(stop))
+    except Exception:
+        traceback.print_exc()
+        code = 1
+    exit_process(code)
 
 
 if __name__ == "__main__":

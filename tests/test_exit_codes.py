@@ -75,3 +75,11 @@ def test_a_job_abandoned_in_native_code_does_not_abort_the_exit(code):
         done = subprocess.run([sys.executable, "-c", ABANDONED_JOB, str(code)], capture_output=True, text=True,
                               timeout=60, cwd=Path(__file__).parents[1])
         assert (done.returncode, done.stdout, "FATAL" in done.stderr) == (code, "abandoned\n", False), done.stderr
+
+
+def test_a_crash_with_a_job_abandoned_in_native_code_exits_1_with_its_traceback():
+    crashing = ABANDONED_JOB.replace("exit_process(int(sys.argv[1]))", "import conformance.cli as cli\n\n\n"
+                                     "def crash():\n    raise RuntimeError('boom')\n\n\ncli.main = crash\ncli.run()")
+    done = subprocess.run([sys.executable, "-c", crashing, "0"], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).parents[1])
+    assert (done.returncode, "FATAL" in done.stderr) == (1, False) and "RuntimeError: boom" in done.stderr

@@ -1,7 +1,8 @@
 """Cases with a raw forced text judged by their format's parse (`reference: parse`): the reference is what the
 format means by the text, each profile is judged against it with its documented rules, a server's known bug
 passes only as a deviation declared on the format (and fails once undeclared), and a case file may not state
-a profile's message for such a case."""
+a profile's message for such a case, nor be one the parse cannot decide (a text it cannot parse, a request that
+changes what the answer holds)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ import textwrap
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
+from conformance.cli import main
+from conformance.formats.format import Deviation
 from conformance.formats.registry import DEFAULT_FORMAT, FORMATS
 from conformance.record.outcomes import FINDING
 from conformance.record.transcript import ServerStamp, Transcript
@@ -25,9 +30,9 @@ def _in(case_id: str, form=HERMES):
     return next(case for case in in_format(SHIPPED, form) if case.id == case_id)
 
 
-def _answer(case_id: str, profile: str, message: dict, form=HERMES) -> dict:
-    response = {"choices": [{"index": 0, "message": {"role": "assistant", **message},
-                             "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}]}
+def _answer(case_id: str, profile: str, message: dict, form=HERMES, finish_reason: str | None = None) -> dict:
+    finish_reason = finish_reason or ("tool_calls" if message.get("tool_calls") else "stop")
+    response = {"choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish_reason}]}
     transcript = Transcript(case_id, "non-stream", profile, "chat", ServerStamp("http://127.0.0.1:1", "m", profile),
                             {}, status=200, response=response)
     return {check.name: check for check in judge(_in(case_id, form), transcript)}
@@ -91,6 +96,17 @@ def test_a_deviation_can_change_the_finish_reason_in_the_modes_it_names() -> Non
     assert one_mode.stream_message.tool_calls[0].arguments == {"city": "<think>x</think>"}  # its stream keeps it
 
 
+def test_a_deviation_of_the_finish_reason_alone_in_one_mode_is_reported_and_overrides_the_stream() -> None:
+    cut = Deviation("legacy", "content-only", ("non-stream",), {"content": "Hello there."}, "a bug", "https://x",
+                    finish_reason="length")
+    form = replace(HERMES, deviations=(cut,))
+    legacy = _in("content-only", form).expect["legacy"]
+    assert (legacy.finish_reason, legacy.stream_finish_reason) == ("length", "stop")
+    assert "finish_reason" in legacy.stream_overrides  # the stream is not held to the non-streaming finish
+    checks = _answer("content-only", "legacy", {"content": "Hello there."}, form, finish_reason="length")
+    assert checks["expected_message"].outcome == "pass" and "a bug" in checks["known_deviation"].reason
+
+
 def test_a_run_serving_another_format_leaves_the_case_as_written() -> None:
     glm = next(case for case in in_format(SHIPPED, FORMATS["glm45"]) if case.id == "content-only")
     assert glm.reference is None  # the run skips it: written for qwen3-hermes (forcing_plan.other_format)
@@ -122,10 +138,37 @@ def test_a_case_judged_by_parse_may_not_state_a_profiles_message(tmp_path: Path)
     assert "expect.hf.message" in str(error) and "deviation declared on the format" in str(error)
 
 
-def test_a_forced_text_the_format_cannot_parse_is_a_skip_that_says_why(tmp_path: Path) -> None:
-    [case] = load_suite(_suite(tmp_path, '<tool_call>{\\"name\\": </tool_call>'))
-    assert case.reference.skip.startswith("the qwen3-hermes format cannot parse the forced text: ")
-    assert "json parser could not parse region as JSON" in case.reference.skip
+def test_a_forced_text_the_format_cannot_parse_is_a_case_file_error_never_a_silent_skip(tmp_path: Path, capsys) -> None:
+    cases = _suite(tmp_path, '<tool_call>{\\"name\\": </tool_call>')
+    with pytest.raises(ValueError, match="one.yaml:2: case 'parsed-case': reference: parse: the qwen3-hermes format "
+                                         "cannot parse the forced text"):
+        load_suite(cases)
+    code = main(["run", "--cases", str(cases), "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--profile", "hf",
+                 "--out", str(tmp_path / "run")])
+    assert code == 2 and "json parser could not parse region as JSON" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # nothing sent, nothing recorded
+
+
+@pytest.mark.parametrize(("option", "line"), [("include_reasoning: false", "include_reasoning"),
+                                              ("tool_choice: none", "tool_choice"),
+                                              ("tool_choice: required", "tool_choice"),
+                                              ("tool_choice: {type: function, function: {name: f}}", "tool_choice")])
+def test_a_request_that_changes_what_the_answer_holds_cannot_be_judged_by_the_parse(tmp_path, option, line) -> None:
+    text = CASE.replace("{force}", "Hi").replace("{expect}", "").replace(
+        '      messages: [{role: user, content: "Hi"}]', f'      messages: [{{role: user, content: "Hi"}}]\n      {option}')
+    (tmp_path / "one.yaml").write_text(text)
+    [error] = check_suite(tmp_path).errors
+    assert f"request.{line}" in str(error) and "not the format's parse" in str(error)
+
+
+def test_a_case_judged_by_the_parse_is_tagged_stream_exactly_when_a_deviation_shows_in_one_mode(tmp_path) -> None:
+    (tmp_path / "one.yaml").write_text(CASE.replace("{force}", "Hi").replace("{expect}", "").replace(
+        "features: [content]", "features: [content, stream]"))
+    [error] = check_suite(tmp_path).errors  # no deviation of qwen3-hermes names this case
+    assert "features" in str(error) and "names one mode only" in str(error)
+    shipped = {case.id: case for case in SHIPPED}
+    assert "stream" in shipped["think-delimiters-in-argument"].features  # its deviation: non-stream only
+    assert "stream" not in shipped["content-only"].features
 
 
 def test_a_leak_in_a_declared_bugs_answer_is_reported_as_that_bugs_finding_never_passed() -> None:

@@ -29,9 +29,10 @@ class Variant:
 
 @dataclass(frozen=True)
 class Deviation:
-    """A known bug of a server on this format: profile `profile`'s answer to the format-independent case
-    `case` in `modes` differs from the format's own parse in the `message` fields given (as in cases:
-    reasoning, content, tool_calls); `link` is where the bug is seen (an issue, the parser's source)."""
+    """A known bug of a server on this format: profile `profile`'s answer to the case `case` judged by the
+    format's parse (a format-independent case, or a raw one with `reference: parse`) differs from that parse in
+    `modes`, in the `message` fields given (as in cases: reasoning, content, tool_calls) and `finish_reason` if
+    given; `link` is where the bug is seen (an issue, the parser's source)."""
 
     profile: str
     case: str

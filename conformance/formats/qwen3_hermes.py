@@ -176,10 +176,6 @@ LEGACY_DEVIATIONS = tuple(Deviation("legacy", *entry) for entry in (
      {"tool_calls": [{"name": "get_weather", "arguments": {"city": "<think>x"}}]},
      "the qwen3 reasoning parser deletes a stray </think> inside a call's argument string from its non-streaming "
      "answer (its stream keeps it)", QWEN3_REASONING_PARSER),
-    ("tool-call-inside-reasoning", BOTH_MODES,
-     {"reasoning": "\nmaybe ", "content": None,
-      "tool_calls": [{"name": "get_weather", "arguments": {"city": "A"}}]}, REASONING_ENDS_AT_CALL,
-     QWEN3_REASONING_PARSER, False, "tool_calls"),
     ("content-after-call", BOTH_MODES, {"content": None},
      "the hermes tool parser drops the text after the tool calls", HERMES_TOOL_PARSER),
     ("partial-delimiter-at-end-thinking-off", ("stream",), {"content": "Hello "},
@@ -195,7 +191,13 @@ LEGACY_DEVIATIONS = tuple(Deviation("legacy", *entry) for entry in (
      {"tool_calls": [{"name": "plan_trip", "arguments": {"stops": [{"city": "Paris", "nights": 1}],
                                                           "options": "{\"budget\": 100}"}}]},
      ARGUMENTS_NOT_CAST, HERMES_TOOL_PARSER),
-))
+)) + (
+    Deviation("legacy", "tool-call-inside-reasoning", BOTH_MODES,
+              {"reasoning": "\nmaybe ", "content": None,
+               "tool_calls": [{"name": "get_weather", "arguments": {"city": "A"}}]},
+              REASONING_ENDS_AT_CALL, QWEN3_REASONING_PARSER, finish_reason="tool_calls"),
+)
+
 DEVIATIONS = tuple(
     deviation for legacy in LEGACY_DEVIATIONS for deviation in (legacy, replace(legacy, profile="legacy-0.33"))
 ) + (Deviation("transformers-serve", "turn-unclosed-call", ("non-stream", "stream"), {},

@@ -139,9 +139,9 @@ def judge(
 
 
 def _deviates_in(case: Case, expectation: Expectation, mode: Mode) -> bool:
-    """Whether the declared deviation changes the answer in `mode` (it may show in one mode only)."""
-    reference = case.reference.for_mode(mode).message if case.reference else None
-    return expectation.for_mode(mode).message != reference
+    """Whether the declared deviation changes the answer (message or finish_reason) in `mode` (it may show in
+    one mode only)."""
+    return view_of(expectation, mode) != view_of(case.reference, mode)
 
 
 def _no_expectation(profile: str) -> str:

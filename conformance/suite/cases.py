@@ -382,7 +382,9 @@ def _semantic_issues(
                 what = "status" if endpoint == "responses" else "finish_reason"
                 yield locator.issue([*at, "expect", profile, *path], f"{value!r} is not a valid {what} for endpoint "
                                     f"{endpoint} (use one of {', '.join(sorted(allowed))})")
-    if STREAM_FEATURE in features and raw.get("reference") != "parse":  # else the format's deviations say it
+    if raw.get("reference") == "parse":
+        yield from _parse_reference_issues(raw, at, locator, features)
+    elif STREAM_FEATURE in features:
         tagged = STREAM_FEATURE in _list(raw.get("features"))
         overridden = [profile for profile, e in expect.items() if isinstance(e, dict) and "stream" in e]
         if tagged and not overridden:
@@ -391,6 +393,35 @@ def _semantic_issues(
         elif overridden and not tagged:
             yield locator.issue([*at, "features"], f"expect.{overridden[0]}.stream records a difference between "
                                 f"streaming and non-streaming: list the feature {STREAM_FEATURE!r}")
+
+
+# Request options under which the answer is not the format's parse of the text the model wrote (the request
+# changes what it holds): a case judged by its format's parse may not send them
+ANSWER_CHANGING_OPTIONS: dict[str, tuple[str | bool, ...]] = {"include_reasoning": (False,),
+                                                             "tool_choice": ("none", "required")}
+
+
+def _parse_reference_issues(raw: Mapping[str, Any], at: list[str | int], locator: _Locator,
+                            features: Mapping[str, str]) -> Iterator[Issue]:
+    """A case judged by its format's parse (`reference: parse`): parsed with its format's own templates, for a
+    request that leaves the answer the parse; tagged `stream` exactly when a deviation declared on its format
+    shows in one mode only (the stream then differs from the non-streaming answer)."""
+    if "fixture_variant" in raw:
+        yield locator.issue([*at, "fixture_variant"], "a case judged by its format's parse is parsed with the "
+                            "format's own templates, not a fixture variant's: state each profile's answer instead")
+    request = raw.get("request") if isinstance(raw.get("request"), dict) else {}
+    for option, values in ANSWER_CHANGING_OPTIONS.items():
+        value = request.get(option)
+        if isinstance(value, dict) or (isinstance(value, (str, bool)) and value in values):  # a dict: a named tool
+            yield locator.issue([*at, "request", option], f"{option}: {json.dumps(value)} changes what the answer "
+                                "holds, so it is not the format's parse of the text: state each profile's answer instead")
+    form = FORMATS.get(raw["format"] if isinstance(raw.get("format"), str) else DEFAULT_FORMAT.name)
+    if STREAM_FEATURE in features and form is not None:
+        one_mode = any(len(d.modes) == 1 for d in form.deviations if d.case == raw.get("id"))
+        if (STREAM_FEATURE in _list(raw.get("features"))) != one_mode:
+            yield locator.issue([*at, "features"], f"feature {STREAM_FEATURE!r} marks a known difference between "
+                                "streaming and non-streaming: for a case judged by its format's parse, list it exactly "
+                                f"when a deviation declared on {form.name} for the case names one mode only")
 
 
 # What a case with a second turn may ask: what the clients send back and the run controls the run adds.

@@ -76,14 +76,19 @@ def one_in_format(case: Case, form: Format, subject: Subject | None) -> Case:
 def with_parsed_reference(case: Case, form: Format, subject: Subject | None) -> Case:
     """A raw case judged by its format's parse (`reference: parse`), in a run serving that format: its reference
     outcome is the format's parse of `force`, and the format's declared deviations for it apply. A run serving
-    another format skips the case (`conformance.run.forcing_plan.other_format`): it stays as written."""
+    another format skips the case (`conformance.run.forcing_plan.other_format`): it stays as written. ValueError
+    naming the case when the format cannot parse the text."""
     assert case.force is not None
-    if (case.format or DEFAULT_FORMAT.name) != form.name or subject is None:
+    if (case.format or DEFAULT_FORMAT.name) != form.name:
         return case
+    where = f"{case.source}:{case.line}: case {case.id!r}: reference: parse"
+    if subject is None:
+        raise ValueError(f"{where}: the {form.name} format has no chat template to render the prompt it parses after")
     try:
         reference = reference_of(_parsed(case, subject, case.force))
-    except Inexpressible as exc:
-        return replace(case, reference=Expectation(skip=f"the {form.name} format cannot parse the forced text: {exc}"))
+    except Inexpressible as exc:  # a case that judges nothing would pass unseen: the case file is wrong
+        raise ValueError(f"{where}: the {form.name} format cannot parse the forced text ({exc}); state each "
+                         "profile's answer instead") from None
     return replace(case, reference=reference, expect={**case.expect, **deviations(case.id, form, reference)})
 
 
@@ -253,7 +258,8 @@ def _render_and_parse(case: Case, subject: Subject, turn: ExpectedMessage,
 
 def _parsed(case: Case, subject: Subject, raw: str) -> dict[str, Any]:
     tools = case.request.get("tools") or []
-    prompt = render(subject, list(case.request["messages"]), tools, add_generation_prompt=True)
+    prompt = render(subject, list(case.request["messages"]), tools, add_generation_prompt=True,
+                    **(case.request.get("chat_template_kwargs") or {}))  # the prompt the server renders
     parsed = parse_whole(subject, prompt, raw, tools)
     if parsed.error is not None or parsed.message is None:
         raise Inexpressible(f"its response_template cannot parse the text: {parsed.error}")
@@ -318,7 +324,10 @@ def deviations(case_id: str, form: Format, reference: Expectation) -> dict[str, 
             finish_reason=finish_in("non-stream", reference.finish_reason),
             stream_finish_reason=finish_in("stream", reference.stream_finish_reason),
             deviation="; ".join(dict.fromkeys(f"{d.reason} ({d.link})" for d in known)),
-            stream_overrides=frozenset(name for name in MESSAGE_FIELDS if getattr(whole, name) != getattr(streamed, name)))
+            stream_overrides=frozenset(
+                [name for name in MESSAGE_FIELDS if getattr(whole, name) != getattr(streamed, name)]
+                + (["finish_reason"] if finish_in("non-stream", reference.finish_reason)
+                   != finish_in("stream", reference.stream_finish_reason) else [])))
     return expect
 
 
