@@ -96,6 +96,15 @@ def test_a_deviation_can_change_the_finish_reason_in_the_modes_it_names() -> Non
     assert one_mode.stream_message.tool_calls[0].arguments == {"city": "<think>x</think>"}  # its stream keeps it
 
 
+def test_a_request_rule_of_the_contract_makes_the_reference_what_the_request_asks() -> None:
+    hidden = _in("include-reasoning-false-with-call").reference.message  # contract 3.9: the reasoning is removed
+    assert hidden.reasoning is None and [call.name for call in hidden.tool_calls] == ["get_weather"]
+    assert _answer("include-reasoning-false", "hf", {"content": "\n\nHi"})["expected_message"].outcome == "pass"
+    shown = _answer("include-reasoning-false", "legacy", {"reasoning": "\nsecret\n", "content": "\n\nHi"})
+    assert shown["expected_message"].outcome == "fail"  # a server ignoring the option
+    assert _in("include-reasoning-false").expect["transformers-serve"].error.status == 422  # its own refusal
+
+
 def test_a_deviation_of_the_finish_reason_alone_in_one_mode_is_reported_and_overrides_the_stream() -> None:
     cut = Deviation("legacy", "content-only", ("non-stream",), {"content": "Hello there."}, "a bug", "https://x",
                     finish_reason="length")
@@ -149,8 +158,7 @@ def test_a_forced_text_the_format_cannot_parse_is_a_case_file_error_never_a_sile
     assert not (tmp_path / "run").exists()  # nothing sent, nothing recorded
 
 
-@pytest.mark.parametrize(("option", "line"), [("include_reasoning: false", "include_reasoning"),
-                                              ("tool_choice: none", "tool_choice"),
+@pytest.mark.parametrize(("option", "line"), [("tool_choice: none", "tool_choice"),
                                               ("tool_choice: required", "tool_choice"),
                                               ("tool_choice: {type: function, function: {name: f}}", "tool_choice")])
 def test_a_request_that_changes_what_the_answer_holds_cannot_be_judged_by_the_parse(tmp_path, option, line) -> None:

@@ -395,10 +395,10 @@ def _semantic_issues(
                                 f"streaming and non-streaming: list the feature {STREAM_FEATURE!r}")
 
 
-# Request options under which the answer is not the format's parse of the text the model wrote (the request
-# changes what it holds): a case judged by its format's parse may not send them
-ANSWER_CHANGING_OPTIONS: dict[str, tuple[str | bool, ...]] = {"include_reasoning": (False,),
-                                                             "tool_choice": ("none", "required")}
+# Request options under which the answer is not the format's parse of the text the model wrote and that no
+# request rule of the contract describes (`conformance.record.request_rules`): a case judged by its format's
+# parse may not send them
+ANSWER_CHANGING_OPTIONS: dict[str, tuple[str | bool, ...]] = {"tool_choice": ("none", "required")}
 
 
 def _parse_reference_issues(raw: Mapping[str, Any], at: list[str | int], locator: _Locator,

@@ -37,6 +37,7 @@ from conformance.record.case_model import (
     SecondTurn,
     build_message,
 )
+from conformance.record.request_rules import as_requested
 from conformance.suite.turn_shapes import SHAPES, Inexpressible, delimiter_texts
 from conformance.util.bounded_worker import BoundedWorker, CallFailed, CallTimeout, CallTooExpensive
 
@@ -75,7 +76,8 @@ def one_in_format(case: Case, form: Format, subject: Subject | None) -> Case:
 
 def with_parsed_reference(case: Case, form: Format, subject: Subject | None) -> Case:
     """A raw case judged by its format's parse (`reference: parse`), in a run serving that format: its reference
-    outcome is the format's parse of `force`, and the format's declared deviations for it apply. A run serving
+    outcome is the format's parse of `force` as the request's options make the answer
+    (`conformance.record.request_rules`), and the format's declared deviations for it apply. A run serving
     another format skips the case (`conformance.run.forcing_plan.other_format`): it stays as written. ValueError
     naming the case when the format cannot parse the text."""
     assert case.force is not None
@@ -85,10 +87,13 @@ def with_parsed_reference(case: Case, form: Format, subject: Subject | None) -> 
     if subject is None:
         raise ValueError(f"{where}: the {form.name} format has no chat template to render the prompt it parses after")
     try:
-        reference = reference_of(_parsed(case, subject, case.force))
+        parsed = reference_of(_parsed(case, subject, case.force))
     except Inexpressible as exc:  # a case that judges nothing would pass unseen: the case file is wrong
         raise ValueError(f"{where}: the {form.name} format cannot parse the forced text ({exc}); state each "
                          "profile's answer instead") from None
+    assert parsed.message is not None
+    answer = as_requested(parsed.message, case.request)  # the contract's request rules (include_reasoning false)
+    reference = replace(parsed, message=answer, stream_message=answer)
     return replace(case, reference=reference, expect={**case.expect, **deviations(case.id, form, reference)})
 
 
