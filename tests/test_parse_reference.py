@@ -105,6 +105,20 @@ def test_a_request_rule_of_the_contract_makes_the_reference_what_the_request_ask
     assert _in("include-reasoning-false").expect["transformers-serve"].error.status == 422  # its own refusal
 
 
+def test_with_tool_choice_none_or_no_tools_the_reference_leaves_the_calls_text_as_content() -> None:
+    for case_id in ("tool-choice-none", "no-tools-call-text-is-content"):  # contract 3.11
+        reference = _in(case_id).reference
+        assert reference.message.tool_calls == () and reference.message.content == _in(case_id).force
+        assert reference.finish_reason == "stop"
+    raw = {"content": _in("tool-choice-none").force}
+    assert _answer("tool-choice-none", "hf", raw)["expected_message"].outcome == "pass"
+    assert _answer("tool-choice-none", "hf", raw)["marker_leak"].outcome == "pass"  # the model's text, not a leak
+    parsed = {"tool_calls": [_call("get_weather", {"city": "A"})]}
+    assert _answer("tool-choice-none", "hf", parsed)["expected_message"].outcome == "fail"
+    rust = _answer("tool-choice-none", "hf-rust", parsed)  # its declared bug
+    assert rust["expected_message"].outcome == "pass" and "tool_choice none" in rust["known_deviation"].reason
+
+
 def test_a_deviation_of_the_finish_reason_alone_in_one_mode_is_reported_and_overrides_the_stream() -> None:
     cut = Deviation("legacy", "content-only", ("non-stream",), {"content": "Hello there."}, "a bug", "https://x",
                     finish_reason="length")
@@ -135,9 +149,13 @@ cases:
 """
 
 
-def _suite(tmp_path: Path, force: str, expect: str = "") -> Path:
+def _suite(tmp_path: Path, force: str, expect: str = "", tools: bool = False) -> Path:
+    text = CASE.replace("{force}", force).replace("{expect}", expect)
+    if tools:  # else no tool is offered, and a call's text is content (contract 3.11)
+        text = text.replace('content: "Hi"}]\n', 'content: "Hi"}]\n      tools: [{type: function, function: {name: f, '
+                            'parameters: {type: object}}}]\n')
     (tmp_path / "cases").mkdir()
-    (tmp_path / "cases" / "one.yaml").write_text(CASE.replace("{force}", force).replace("{expect}", expect))
+    (tmp_path / "cases" / "one.yaml").write_text(text)
     return tmp_path / "cases"
 
 
@@ -148,7 +166,7 @@ def test_a_case_judged_by_parse_may_not_state_a_profiles_message(tmp_path: Path)
 
 
 def test_a_forced_text_the_format_cannot_parse_is_a_case_file_error_never_a_silent_skip(tmp_path: Path, capsys) -> None:
-    cases = _suite(tmp_path, '<tool_call>{\\"name\\": </tool_call>')
+    cases = _suite(tmp_path, '<tool_call>{\\"name\\": </tool_call>', tools=True)
     with pytest.raises(ValueError, match="one.yaml:2: case 'parsed-case': reference: parse: the qwen3-hermes format "
                                          "cannot parse the forced text"):
         load_suite(cases)
@@ -158,8 +176,7 @@ def test_a_forced_text_the_format_cannot_parse_is_a_case_file_error_never_a_sile
     assert not (tmp_path / "run").exists()  # nothing sent, nothing recorded
 
 
-@pytest.mark.parametrize(("option", "line"), [("tool_choice: none", "tool_choice"),
-                                              ("tool_choice: required", "tool_choice"),
+@pytest.mark.parametrize(("option", "line"), [("tool_choice: required", "tool_choice"),
                                               ("tool_choice: {type: function, function: {name: f}}", "tool_choice")])
 def test_a_request_that_changes_what_the_answer_holds_cannot_be_judged_by_the_parse(tmp_path, option, line) -> None:
     text = CASE.replace("{force}", "Hi").replace("{expect}", "").replace(

@@ -198,9 +198,35 @@ LEGACY_DEVIATIONS = tuple(Deviation("legacy", *entry) for entry in (
               REASONING_ENDS_AT_CALL, QWEN3_REASONING_PARSER, finish_reason="tool_calls"),
 )
 
+# Contract 3.11 (tool_choice none, or no tools: a call's text is content, raw): what the other servers do instead,
+# measured on the tiny checkpoint (vLLM 0.32.0 and 0.33.0's Rust frontends, transformers serve 5.23.0).
+UNPARSED_CALL_CASES = {  # case: (the city its call asks for, what its request says)
+    "tool-choice-none": ("A", "says tool_choice none"),
+    "tool-choice-none-strict-tool": ("A", "says tool_choice none"),
+    "no-tools-call-text-is-content": ("Paris", "offers no tools"),
+}
+CALL_PARSED_ANYWAY = tuple(
+    Deviation(profile, case, BOTH_MODES,
+              {"content": None, "tool_calls": [{"name": "get_weather", "arguments": {"city": city}}]},
+              f"{server} parses the call although the request {request} (contract 3.11: its text is content)", link,
+              finish_reason="tool_calls")
+    for case, (city, request) in UNPARSED_CALL_CASES.items()
+    for profile, server, link in (
+        ("hf-rust", "vLLM 0.32's Rust frontend", "tests/test_hf_rust.py::test_the_default_case_set_runs_on_hf_rust_with_"
+                                                 "every_result_pass_or_an_allowed_skip"),
+        ("transformers-serve", "transformers serve 5.23", "tests/test_transformers_serve.py::test_the_whole_default_case_"
+                                                          "set_passes_or_skips_for_its_declared_reason"))
+) + tuple(
+    Deviation("hf-rust-0.33", case, BOTH_MODES, {"content": None},
+              "vLLM 0.33's Rust frontend drops a call's text that it does not parse (tool_choice none, or no tools): no "
+              "call and no content (contract 3.11: its text is content)",
+              "tests/test_033_profiles.py::test_the_default_case_set_passes_on_hf_rust_033")
+    for case in UNPARSED_CALL_CASES
+)
+
 DEVIATIONS = tuple(
     deviation for legacy in LEGACY_DEVIATIONS for deviation in (legacy, replace(legacy, profile="legacy-0.33"))
-) + (Deviation("transformers-serve", "turn-unclosed-call", ("non-stream", "stream"), {},
+) + CALL_PARSED_ANYWAY + (Deviation("transformers-serve", "turn-unclosed-call", ("non-stream", "stream"), {},
                "transformers serve 5.23 answers a call the model left unclosed with HTTP 500 without streaming, and "
                "drops it from its stream (no call, finish_reason stop); recorded 2026-12-06",
                "https://github.com/huggingface/transformers/blob/v5.23.0/src/transformers/cli/serving/chat_completion.py", skip=True),)

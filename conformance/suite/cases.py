@@ -398,7 +398,7 @@ def _semantic_issues(
 # Request options under which the answer is not the format's parse of the text the model wrote and that no
 # request rule of the contract describes (`conformance.record.request_rules`): a case judged by its format's
 # parse may not send them
-ANSWER_CHANGING_OPTIONS: dict[str, tuple[str | bool, ...]] = {"tool_choice": ("none", "required")}
+ANSWER_CHANGING_OPTIONS: dict[str, tuple[str | bool, ...]] = {"tool_choice": ("required",)}
 
 
 def _parse_reference_issues(raw: Mapping[str, Any], at: list[str | int], locator: _Locator,

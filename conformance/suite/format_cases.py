@@ -37,7 +37,7 @@ from conformance.record.case_model import (
     SecondTurn,
     build_message,
 )
-from conformance.record.request_rules import as_requested
+from conformance.record.request_rules import as_requested, unparsed_fields
 from conformance.suite.turn_shapes import SHAPES, Inexpressible, delimiter_texts
 from conformance.util.bounded_worker import BoundedWorker, CallFailed, CallTimeout, CallTooExpensive
 
@@ -86,6 +86,9 @@ def with_parsed_reference(case: Case, form: Format, subject: Subject | None) -> 
     where = f"{case.source}:{case.line}: case {case.id!r}: reference: parse"
     if subject is None:
         raise ValueError(f"{where}: the {form.name} format has no chat template to render the prompt it parses after")
+    if unparsed := unparsed_fields(case.request):  # the request leaves these regions' text as content
+        fields = {name: spec for name, spec in subject.response_template["fields"].items() if name not in unparsed}
+        subject = replace(subject, response_template={**subject.response_template, "fields": fields})
     try:
         parsed = reference_of(_parsed(case, subject, case.force))
     except Inexpressible as exc:  # a case that judges nothing would pass unseen: the case file is wrong
