@@ -245,15 +245,17 @@ async def run_async(
             if not_sent:
                 transcript = _not_sent(case, target, mode, repeat_index, not_sent, forcing)
             else:
-                resends = -1
-                while True:  # a merged one-token stream again: the reference of every granular stream of the case
+                resends = 0
+                while True:
                     async with semaphore:
                         transcript = await send(clients, target, case, mode, forcing=forcing, natural=natural,
                                                 repeat=repeat_index)
-                    resends += 1
-                    if not (mode == ONE_TOKEN_STREAM and forcing is not None and resends < MERGED_STREAM_RESENDS
-                            and transcript.answered and most_tokens_in_a_delta(transcript) > 1):
+                    # a merged one-token stream is sent again: the reference of every granular stream of the case
+                    merged = (mode == ONE_TOKEN_STREAM and forcing is not None and transcript.answered
+                              and most_tokens_in_a_delta(transcript) > 1)
+                    if not merged or resends == MERGED_STREAM_RESENDS:
                         break
+                    resends += 1
                 transcript.merged_resends = resends
                 if forcing is not None and transcript.status == 200 and case.endpoint in VERIFIED_ENDPOINTS:
                     # tokenizer(): a server's is made here, without I/O; a checkpoint's by request_fields, in a thread

@@ -356,7 +356,8 @@ def _semantic_issues(
     if isinstance(written_in, str) and written_in not in FORMATS:
         yield locator.issue([*at, "format"], f"unknown response format {written_in!r} (known: {', '.join(FORMATS)})")
     endpoint = raw.get("endpoint", "chat")
-    if ("turn" in raw or raw.get("reference") == "parse") and endpoint != "chat":
+    judged_by_parse = raw.get("reference") == "parse"
+    if ("turn" in raw or judged_by_parse) and endpoint != "chat":
         yield locator.issue([*at, "endpoint"], "a case judged by its format's parse (turn, or reference: parse) is "
                             "sent to chat completions only")
     yield from _second_turn_issues(raw, at, locator)
@@ -368,7 +369,7 @@ def _semantic_issues(
                                 f"(known: {', '.join(PROFILES)})", severity="warning")
         if not isinstance(expectation, dict):
             continue
-        if raw.get("reference") == "parse" and "message" in expectation:
+        if judged_by_parse and "message" in expectation:
             yield locator.issue([*at, "expect", profile, "message"], "a case judged by its format's parse "
                                 "(reference: parse) expects that parse of every profile: state only a refusal or a "
                                 "skip here, and a server's known bug as a deviation declared on the format")
@@ -382,7 +383,7 @@ def _semantic_issues(
                 what = "status" if endpoint == "responses" else "finish_reason"
                 yield locator.issue([*at, "expect", profile, *path], f"{value!r} is not a valid {what} for endpoint "
                                     f"{endpoint} (use one of {', '.join(sorted(allowed))})")
-    if raw.get("reference") == "parse":
+    if judged_by_parse:
         yield from _parse_reference_issues(raw, at, locator, features)
     elif STREAM_FEATURE in features:
         tagged = STREAM_FEATURE in _list(raw.get("features"))

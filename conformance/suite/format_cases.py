@@ -327,15 +327,14 @@ def deviations(case_id: str, form: Format, reference: Expectation) -> dict[str, 
             return next((d.finish_reason for d in known if mode in d.modes and d.finish_reason), parsed)
 
         whole, streamed = in_mode("non-stream"), in_mode("stream")
+        whole_finish = finish_in("non-stream", reference.finish_reason)
+        stream_finish = finish_in("stream", reference.stream_finish_reason)
+        differing = [name for name in MESSAGE_FIELDS if getattr(whole, name) != getattr(streamed, name)]
         expect[profile] = replace(
-            reference, message=whole, stream_message=streamed,
-            finish_reason=finish_in("non-stream", reference.finish_reason),
-            stream_finish_reason=finish_in("stream", reference.stream_finish_reason),
+            reference, message=whole, stream_message=streamed, finish_reason=whole_finish,
+            stream_finish_reason=stream_finish,
             deviation="; ".join(dict.fromkeys(f"{d.reason} ({d.link})" for d in known)),
-            stream_overrides=frozenset(
-                [name for name in MESSAGE_FIELDS if getattr(whole, name) != getattr(streamed, name)]
-                + (["finish_reason"] if finish_in("non-stream", reference.finish_reason)
-                   != finish_in("stream", reference.stream_finish_reason) else [])))
+            stream_overrides=frozenset(differing + (["finish_reason"] if whole_finish != stream_finish else [])))
     return expect
 
 
