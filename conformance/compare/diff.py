@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from conformance.record.case_model import is_stream, rebuilder_of, tokens_per_delta
-from conformance.record.outcomes import Check
+from conformance.record.outcomes import SKIP, Check
 from conformance.record.results import CaseResult
 from conformance.record.transcript import Transcript
 from conformance.record.wire import (
@@ -306,11 +306,13 @@ def _check_named(result: CaseResult | None, name: str) -> Check | None:
 
 
 def _granularity_differences(pair: Pair, make: Any) -> list[Difference]:
-    """A granular stream that reassembles to its one-token stream on one side only (`split_invariance`)."""
+    """A granular stream that reassembles to its one-token stream on one side only (`split_invariance`). Where
+    either side's split was not judged (a skip that says why: its one-token stream came merged under load, or
+    unanswered), there is nothing to compare: no difference, each side's skip stays in its own results."""
     if tokens_per_delta(pair.mode) is None:
         return []
     base, cand = (_check_named(pair.results.get(side), SPLIT_INVARIANCE) for side in ("baseline", "candidate"))
-    if base is None or cand is None or base.outcome == cand.outcome:
+    if base is None or cand is None or SKIP in (base.outcome, cand.outcome) or base.outcome == cand.outcome:
         return []
     broken = cand if cand.outcome == "fail" else base
     return [make("stream_granularity", SPLIT_INVARIANCE, {"outcome": base.outcome, "reason": base.reason},
